@@ -1,0 +1,447 @@
+"""The shipper: a daemon thread that turns the ring into batches, sends them, and obeys replies.
+
+Every ``flush_s`` it drains the ring, adds the heartbeat (per-group entered/completed sequence
+numbers, what is in flight and since when, the training thread's stack when something is stuck),
+and POSTs one batch to ``/ingest``. A collector that is down, hangs or answers garbage costs
+this thread timeouts and backoff; training never waits on it, and records pile up in the bounded
+ring meanwhile (the overflow is counted and reported when the collector is back).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import logging
+import random
+import sys
+import threading
+import time
+import traceback
+import urllib.parse
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rankwatch import __version__
+from rankwatch.wire import CONTENT_TYPE, KIND_NAMES, Records, encode_batch, ranks_to_runs
+
+if TYPE_CHECKING:
+    from rankwatch.hooks.recorder import Recorder
+
+__all__ = ["HttpTransport", "Shipper", "Transport"]
+
+logger = logging.getLogger(__name__)
+
+Transport = Callable[[bytes, dict[str, str], float], tuple[int, bytes]]
+"""(body, headers, timeout) -> (HTTP status, response body); raises OSError when unreachable."""
+
+MAX_RECORDS_PER_BATCH = 250_000
+MAX_BACKOFF_S = 30.0
+_perf = time.perf_counter_ns
+
+
+class HttpTransport:
+    """POST to ``<base>/ingest`` over one kept-alive ``http.client`` connection."""
+
+    def __init__(self, base: str) -> None:
+        parts = urllib.parse.urlsplit(base)
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname or "127.0.0.1"
+        self._port = parts.port
+        self._path = (parts.path or "") + "/ingest"
+        self._conn: http.client.HTTPConnection | None = None
+
+    def __call__(self, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+        for attempt in (0, 1):
+            conn = self._conn
+            if conn is None:
+                cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+                conn = self._conn = cls(self._host, self._port, timeout=timeout)
+            conn.timeout = timeout
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)
+            try:
+                conn.request("POST", self._path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read(1 << 20)
+                if resp.getheader("connection", "").lower() == "close":
+                    self.close()
+                return resp.status, data
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                self.close()
+                if attempt:  # a kept-alive connection the server closed: retry once fresh
+                    raise
+            except BaseException:
+                self.close()
+                raise
+        raise OSError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+            self._conn = None
+
+
+class Shipper:
+    """Builds batches from the recorder and ships them; one per process."""
+
+    def __init__(self, recorder: Recorder, *, transport: Transport | None = None) -> None:
+        self.rec = recorder
+        cfg = recorder.config
+        self.transport: Transport = transport or HttpTransport(cfg.collector.base)
+        self.headers = {"Content-Type": CONTENT_TYPE, "User-Agent": f"rankwatch-hooks/{__version__}"}
+        if cfg.collector.token:
+            self.headers["Authorization"] = f"Bearer {cfg.collector.token}"
+        self.batch_no = 0
+        self._pending: bytes | None = None
+        self._pending_records = 0
+        self._send_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failures = 0
+        self.next_try = 0.0
+        self.sent_batches = 0
+        self.rejected_batches = 0
+        self.shipped_records = 0
+        self.last_error: str | None = None
+        self._typical_ns: dict[int, float] = {}
+        self._attachments: dict[str, Any] = {}
+        self._done_commands: list[str] = []
+        self._ignored_commands: list[str] = []
+        self.ignored_total = 0
+        self._seen_commands: set[str] = set()
+        self._job_tries = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="rankwatch-shipper", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        flush_s = self.rec.config.flush_s
+        while True:
+            self._wake.wait(flush_s)
+            self._wake.clear()
+            try:
+                if time.monotonic() >= self.next_try:
+                    self.flush()
+            except Exception:
+                self.rec.errors += 1
+                logger.debug("rankwatch: shipper error", exc_info=True)
+
+    # -- building ---------------------------------------------------------------------------------
+    def flush(self, *, final: bool = False, timeout: float | None = None) -> bool:
+        """Send the pending batch, or build and send a new one. Returns True when delivered."""
+        limit = self.rec.config.timeout_s if timeout is None else timeout
+        if not self._send_lock.acquire(timeout=limit if final else -1):
+            return False
+        try:
+            if final and self.failures >= 3:
+                return False  # a collector that keeps failing must not delay the process's exit
+            if self._pending is None:
+                body = self._build(final)
+                if body is None:
+                    return False
+                self._pending = body
+            return self._send(self._pending, limit)
+        finally:
+            self._send_lock.release()
+
+    def _identity(self) -> tuple[str, int, int] | None:
+        rec = self.rec
+        if rec.rank is None or rec.world is None:
+            rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+            if rank is None or world is None:
+                return None
+            rec.rank, rec.world = rank, world
+        if rec.job is None:
+            rec.job = self._shared_job_id()
+        return rec.job, rec.rank, rec.world
+
+    def _shared_job_id(self) -> str:
+        """Rank 0's id, shared through the default group's store (first writer wins)."""
+        import os
+
+        try:
+            store = self.rec.world_store()
+            if store is not None:
+                from rankwatch.hooks.identity import JOB_STORE_KEY
+
+                mine = f"job-{uuid.uuid4().hex[:12]}"
+                got = store.compare_set(JOB_STORE_KEY, "", mine)
+                value = got.decode() if isinstance(got, bytes) else str(got)
+                if value:
+                    return value
+        except Exception:
+            logger.debug("rankwatch: could not share a job id through the store", exc_info=True)
+        addr = os.environ.get("MASTER_ADDR", "local")
+        port = os.environ.get("MASTER_PORT", "0")
+        return f"unnamed-{addr}-{port}"
+
+    def _build(self, final: bool) -> bytes | None:
+        ident = self._identity()
+        if ident is None:
+            return None
+        job, rank, world = ident
+        rec = self.rec
+        now = _perf()
+        self._sweep(now)
+        rows = rec.ring.drain(MAX_RECORDS_PER_BATCH)
+        records = Records.from_rows(rows)
+        self._learn_durations(records)
+        referenced = {int(g) for g in set(records.group.tolist())} if len(records) else set()
+        groups, position, stuck = self._groups(now, world, referenced)
+        if len(records):
+            import numpy as np
+
+            lut = np.zeros(len(self.rec.groups), dtype=np.uint16)
+            for gidx, pos in position.items():
+                lut[gidx] = pos
+            records = dataclasses.replace(records, group=lut[records.group.astype(np.int64)])
+        header: dict[str, Any] = {
+            "job": job,
+            "rank": rank,
+            "world": world,
+            "node": rec.node,
+            "incarnation": rec.incarnation,
+            "restart": rec.restart,
+            "batch": self.batch_no,
+            "mono_ns": now,
+            "wall_ns": time.time_ns(),
+            "flush_s": rec.config.flush_s,
+            "state": rec.state if final or rec.state != "running" else "running",
+            "drops": rec.ring.drops,
+            "pid": rec.meta.get("pid"),
+            "meta": rec.meta,
+            "groups": groups,
+            "control": {
+                "allowed": rec.config.control,
+                "done": self._done_commands[:],
+                "ignored": self._ignored_commands[:],
+                "ignored_total": self.ignored_total,
+            },
+            "stats": {
+                "errors": rec.errors,
+                "failures": self.failures,
+                "rejected": self.rejected_batches,
+            },
+        }
+        if rec.end_reason:
+            header["end_reason"] = rec.end_reason
+        if stuck or (final and rec.state == "crashed"):
+            header["stack"] = _main_stack()
+        if self._attachments:
+            header["attachments"] = self._attachments
+            self._attachments = {}
+        self._done_commands.clear()
+        self._ignored_commands.clear()
+        self.batch_no += 1
+        self._pending_records = len(records)
+        return encode_batch(header, records)
+
+    def _groups(self, now: int, world: int, referenced: set[int]) -> tuple[list[dict[str, Any]], dict[int, int], bool]:
+        """Header entries for live groups (and retired ones this batch has records of)."""
+        import torch.distributed.distributed_c10d as c10d
+
+        out: list[dict[str, Any]] = []
+        position: dict[int, int] = {}
+        stuck = False
+        stack_after = int(self.rec.config.stack_after_s * 1e9)
+        last_enter = 0
+        for st in list(self.rec.groups):
+            if st.retired and st.gidx not in referenced:
+                continue
+            position[st.gidx] = len(out)
+            pg = st.pg_ref()
+            entry: dict[str, Any] = {"id": st.key, "desc": st.desc, "entered": st.seq}
+            members = st.members
+            if pg is not None and members is None:
+                mapping = c10d._world.pg_group_ranks.get(pg)
+                if mapping:
+                    members = sorted(mapping, key=mapping.__getitem__)
+            if st.retired:
+                entry["retired"] = True
+            if members and max(members) < world:
+                entry["ranks"] = ranks_to_runs(members)
+            if pg is not None:
+                try:
+                    entry["size"] = int(pg.size())
+                    entry["group_rank"] = int(pg.rank())
+                    entry["backend"] = str(pg._get_backend_name())
+                except Exception:
+                    pass
+            inflight = list(st.inflight.values())
+            coll = [i for i in inflight if i[2] not in (13, 14)]
+            completed = st.seq
+            if coll:
+                oldest = min(coll, key=lambda i: i[5])
+                completed = oldest[5] - 1
+                entry["inflight_since_ns"] = oldest[0]
+                entry["inflight_kind"] = KIND_NAMES.get(oldest[2], "unknown")
+                age = now - oldest[0]
+                typical = self._typical_ns.get(st.gidx, 0.0)
+                if age > max(stack_after, 10 * typical):
+                    stuck = True
+            entry["completed"] = max(0, min(completed, st.seq))
+            p2p = [i for i in inflight if i[2] in (13, 14)]
+            if p2p:
+                entry["p2p_inflight"] = [
+                    [KIND_NAMES.get(i[2], "?"), i[4], i[5], i[0]] for i in sorted(p2p, key=lambda i: i[0])[:16]
+                ]
+                if now - min(i[0] for i in p2p) > stack_after:
+                    stuck = True
+            last_enter = max(last_enter, st.last_enter_ns)
+            out.append(entry)
+        if last_enter and now - last_enter > stack_after:
+            stuck = True  # not entering anything: stuck (or busy) outside collectives
+        return out, position, stuck
+
+    def _sweep(self, now: int) -> None:
+        """Close async ops nobody waited on once their work reports completion (stamped late)."""
+        from rankwatch.hooks.process_group import finish
+
+        for st in self.rec.groups:
+            if not st.inflight or st.cuda_default:
+                continue
+            for op, info in list(st.inflight.items()):
+                work = info[1]
+                if work is not None and now - info[0] > 1_000_000_000:
+                    try:
+                        if work.is_completed():
+                            finish(st, op, now)
+                    except Exception:
+                        pass
+
+    def _learn_durations(self, records: Records) -> None:
+        if not len(records):
+            return
+        import numpy as np
+
+        dur = (records.t_end - records.t_enter).astype(np.float64)
+        for g in np.unique(records.group):
+            m = float(dur[records.group == g].max())
+            prev = self._typical_ns.get(int(g), 0.0)
+            self._typical_ns[int(g)] = max(0.9 * prev, m)
+
+    # -- sending ----------------------------------------------------------------------------------
+    def _send(self, body: bytes, timeout: float) -> bool:
+        try:
+            status, data = self.transport(body, self.headers, timeout)
+        except Exception as exc:
+            self._failed(f"{type(exc).__name__}: {exc}")
+            return False
+        if 200 <= status < 300:
+            self._pending = None
+            self.failures = 0
+            self.next_try = 0.0
+            self.sent_batches += 1
+            self.shipped_records += self._pending_records
+            self._handle_reply(data)
+            return True
+        if status in (408, 429) or status >= 500:
+            self._failed(f"HTTP {status}")
+            return False
+        # 4xx: the collector will never take this batch; drop it, say so once, go on
+        self.rejected_batches += 1
+        self._pending = None
+        msg = data[:300].decode("utf-8", "replace")
+        if self.rejected_batches <= 3:
+            logger.warning("rankwatch: collector rejected a batch (HTTP %s): %s", status, msg)
+        return False
+
+    def _failed(self, why: str) -> None:
+        self.failures += 1
+        self.last_error = why
+        backoff = min(MAX_BACKOFF_S, self.rec.config.flush_s * (2 ** min(self.failures - 1, 6)))
+        self.next_try = time.monotonic() + backoff * random.uniform(0.8, 1.2)
+        if self.failures in (1, 10) or self.failures % 100 == 0:
+            logger.info("rankwatch: collector unreachable (%s); retrying with backoff", why)
+
+    def _handle_reply(self, data: bytes) -> None:
+        try:
+            reply = json.loads(data) if data else {}
+        except (ValueError, UnicodeDecodeError):
+            return  # garbage: ignore
+        if not isinstance(reply, dict):
+            return
+        commands = reply.get("commands")
+        if not isinstance(commands, list):
+            return
+        for cmd in commands[:32]:
+            if isinstance(cmd, dict):
+                try:
+                    self._command(cmd)
+                except Exception:
+                    logger.debug("rankwatch: command failed", exc_info=True)
+
+    def _command(self, cmd: dict[str, Any]) -> None:
+        cid = str(cmd.get("id", ""))
+        if not cid or cid in self._seen_commands:
+            return
+        self._seen_commands.add(cid)
+        kind = cmd.get("type")
+        if kind == "dump_flight_recorder":
+            self._attachments["flight_recorder"] = {"command": cid, "trace": _dump_flight_recorder()}
+            self._done_commands.append(cid)
+            self.wake()
+        elif kind == "exit":
+            if not self.rec.config.control:
+                self.ignored_total += 1
+                self._ignored_commands.append(cid)
+                logger.warning("rankwatch: ignoring the collector's exit command (set RANKWATCH_CONTROL=1 to allow it)")
+                return
+            code = int(cmd.get("code", 1))
+            self._done_commands.append(cid)
+            threading.Thread(target=self._exit, args=(code, str(cmd.get("reason", ""))), daemon=True).start()
+        else:
+            self._ignored_commands.append(cid)
+
+    def _exit(self, code: int, reason: str) -> None:
+        import os
+
+        rec = self.rec
+        rec.run_restart_callbacks()
+        rec.state = "terminating"
+        rec.end_reason = f"exit {code} by collector command" + (f": {reason}" if reason else "")
+        self._pending = None
+        rec.final_batch(timeout=2.0)
+        logging.shutdown()
+        os._exit(code)
+
+
+def _dump_flight_recorder() -> str | None:
+    try:
+        import torch._C._distributed_c10d as c
+
+        dump = getattr(c, "_dump_fr_trace_json", None) or getattr(c, "_dump_nccl_trace_json", None)
+        if dump is None:
+            return None
+        raw = dump(True, False)
+        return raw.decode() if isinstance(raw, bytes) else str(raw)
+    except Exception as exc:
+        return json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+
+
+def _main_stack() -> str | None:
+    try:
+        frame = sys._current_frames().get(threading.main_thread().ident or -1)
+        if frame is None:
+            return None
+        return "".join(traceback.format_stack(frame, limit=40))[-16000:]
+    except Exception:
+        return None
+
+
+def _env_int(name: str) -> int | None:
+    import os
+
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
