@@ -1,15 +1,305 @@
-"""The ``rankwatch`` command (placeholder until the service lands)."""
+"""The ``rankwatch`` command: run the service, watch a demo job, print the version.
+
+The service and torch are imported only by the subcommands that need them, so ``rankwatch
+--help`` and ``rankwatch version`` are instant.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rankwatch import __version__
+
+__all__ = ["main"]
+
+EPILOG = """\
+quick start:
+  rankwatch serve                      # service on http://127.0.0.1:7433, SQLite in ~/.rankwatch
+  RANKWATCH=http://127.0.0.1:7433 torchrun --nproc-per-node 8 train.py   # no change to train.py
+  curl http://127.0.0.1:7433/jobs      # what the service sees
+
+  rankwatch demo                       # all of the above on this machine, with one rank made slow
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rankwatch import __version__
+    parser = argparse.ArgumentParser(
+        prog="rankwatch",
+        description="Find the rank, node or link that is slowing or hanging a distributed PyTorch job.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    print(__version__)
+    serve = sub.add_parser(
+        "serve",
+        help="run the service (collector, detector, REST API)",
+        description="Run the rankwatch service. Every flag can also be set by its RANKWATCH_* environment "
+        "variable (e.g. --port / RANKWATCH_PORT); a flag beats the variable.",
+    )
+    _serve_flags(serve)
+
+    demo = sub.add_parser(
+        "demo",
+        help="start the service and a small local torchrun job with one slow rank, and show what it sees",
+        description="Start the service on SQLite, launch a small torchrun job over gloo on this machine "
+        "with one rank made slow (RANKWATCH_INJECT), and print what the service sees of it.",
+    )
+    demo.add_argument("--ranks", type=int, default=4, help="ranks in the job (default 4)")
+    demo.add_argument("--steps", type=int, default=150, help="training steps (default 150)")
+    demo.add_argument("--slow-rank", type=int, default=2, help="the rank made slow (default 2; -1 for none)")
+    demo.add_argument("--delay", type=float, default=0.05, help="seconds added before each collective (0.05)")
+    demo.add_argument("--after", type=float, default=3.0, help="seconds into the job the slowdown starts (3)")
+    demo.add_argument("--port", type=int, default=0, help="service port (default: a free one)")
+    demo.add_argument("--data-dir", type=Path, default=None, help="where the demo's SQLite goes (default: temp)")
+    demo.add_argument("--json", action="store_true", help="print the final job and suspects as JSON")
+
+    sub.add_parser("version", help="print the version")
+
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "demo":
+        return _demo(args)
+    if args.command == "version":
+        print(f"rankwatch {__version__}")
+        return 0
+    parser.print_help()
     return 0
+
+
+# -- serve ----------------------------------------------------------------------------------------
+def _serve_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", help="address to bind (default 127.0.0.1; anything else needs tokens)")
+    p.add_argument("--port", type=int, help="port (default 7433)")
+    p.add_argument("--data-dir", type=Path, help="data directory (default ~/.rankwatch)")
+    p.add_argument("--db", help="database URL: sqlite:///path or postgresql://user@host/db (default: SQLite)")
+    p.add_argument("--ingest-tokens", help="comma-separated tokens ranks send batches with")
+    p.add_argument("--read-tokens", help="comma-separated tokens for reading")
+    p.add_argument("--admin-tokens", help="comma-separated tokens for changes (may also read)")
+    p.add_argument("--tokens-file", type=Path, help="file of '<scope> <token> [job=<id>]' lines, re-read on change")
+    p.add_argument("--certfile", type=Path, help="TLS certificate (PEM); with --keyfile, serve HTTPS")
+    p.add_argument("--keyfile", type=Path, help="TLS private key (PEM)")
+    p.add_argument("--log-level", help="debug, info, warning, error (default info)")
+
+
+def _settings_from(args: argparse.Namespace) -> Any:
+    from rankwatch.collector.settings import Settings
+
+    keys = (
+        "host",
+        "port",
+        "data_dir",
+        "db",
+        "ingest_tokens",
+        "read_tokens",
+        "admin_tokens",
+        "tokens_file",
+        "certfile",
+        "keyfile",
+        "log_level",
+    )
+    overrides = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    for k in ("ingest_tokens", "read_tokens", "admin_tokens"):
+        if k in overrides:
+            overrides[k] = [t.strip() for t in overrides[k].split(",") if t.strip()]
+    return Settings(**overrides)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from rankwatch.api.app import create_app
+    from rankwatch.collector.settings import is_loopback
+
+    settings = _settings_from(args)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not is_loopback(settings.host) and not settings.tokens_configured:
+        print(
+            f"rankwatch: refusing to bind {settings.host}: with no tokens configured every route is open, so the "
+            "service only binds to loopback. Set RANKWATCH_INGEST_TOKENS, RANKWATCH_READ_TOKENS and "
+            "RANKWATCH_ADMIN_TOKENS (or --tokens-file) first.",
+            file=sys.stderr,
+        )
+        return 2
+    if bool(settings.certfile) != bool(settings.keyfile):
+        print("rankwatch: --certfile and --keyfile go together", file=sys.stderr)
+        return 2
+    app = create_app(settings)
+    scheme = "https" if settings.certfile else "http"
+    print(f"rankwatch {__version__} serving on {scheme}://{settings.host}:{settings.port} ({_db_label(settings)})")
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        ssl_certfile=str(settings.certfile) if settings.certfile else None,
+        ssl_keyfile=str(settings.keyfile) if settings.keyfile else None,
+        access_log=False,
+    )
+    return 0
+
+
+def _db_label(settings: Any) -> str:
+    url = settings.database_url
+    if url.startswith("sqlite"):
+        return f"SQLite at {url.split('///', 1)[-1]}"
+    return url.split("@")[-1] if "@" in url else url.split("://")[0]
+
+
+# -- demo -----------------------------------------------------------------------------------------
+class _BackgroundServer:
+    """The service in a thread of this process, on a free port."""
+
+    def __init__(self, settings: Any) -> None:
+        import uvicorn
+
+        from rankwatch.api.app import create_app
+
+        self.app = create_app(settings)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=settings.port, log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the service did not start")
+            time.sleep(0.05)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import subprocess
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("rankwatch demo needs torch: pip install 'rankwatch[torch]'", file=sys.stderr)
+        return 2
+    from rankwatch.collector.settings import Settings
+
+    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="rankwatch-demo-"))
+    settings = Settings(data_dir=data_dir, port=args.port, host="127.0.0.1")
+    server = _BackgroundServer(settings)
+    url = server.start()
+    collector = server.app.state.collector
+    job_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    env = dict(os.environ)
+    env.update(
+        RANKWATCH=url,
+        RANKWATCH_JOB=job_id,
+        RANKWATCH_CONTROL="1",
+        OMP_NUM_THREADS="1",
+    )
+    env.pop("RANKWATCH_INJECT", None)
+    slow = ""
+    if args.slow_rank >= 0:
+        env["RANKWATCH_INJECT"] = f"slow:rank={args.slow_rank},delay={args.delay},after={args.after}"
+        slow = f"; rank {args.slow_rank} made slow by {args.delay * 1000:.0f} ms per collective from t={args.after:g}s"
+    print(f"rankwatch demo: service on {url} (SQLite in {data_dir})")
+    print(f"rankwatch demo: job {job_id}: torchrun, {args.ranks} ranks over gloo, {args.steps} steps{slow}")
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={args.ranks}",
+        "-m",
+        "rankwatch.hooks.demo_train",
+        "--steps",
+        str(args.steps),
+    ]
+    workdir = tempfile.mkdtemp(prefix="rankwatch-demo-run-")
+    proc = subprocess.Popen(cmd, env=env, cwd=workdir)
+    t0 = time.monotonic()
+    shown: set[str] = set()
+    try:
+        while proc.poll() is None:
+            time.sleep(1.0)
+            _demo_status(collector, job_id, time.monotonic() - t0, shown)
+        time.sleep(1.5)  # the ranks' last batches
+        _demo_status(collector, job_id, time.monotonic() - t0, shown)
+    except KeyboardInterrupt:
+        proc.terminate()
+    finally:
+        rc = proc.wait()
+        collector.tick()
+        job = collector.get_job(job_id)
+        suspects = _suspects(collector, job_id)
+        server.stop()
+    _demo_report(job, suspects, args.json)
+    print(f"rankwatch demo: torchrun exited with {rc}; the service's database is in {data_dir}")
+    return 0 if rc == 0 else 1
+
+
+def _suspects(collector: Any, job_id: str) -> list[dict[str, Any]]:
+    fn = getattr(collector, "suspects", None)
+    if fn is None:
+        return []
+    return list(fn(job_id=job_id))
+
+
+def _demo_status(collector: Any, job_id: str, elapsed: float, shown: set[str]) -> None:
+    job = collector.get_job(job_id)
+    if job is None:
+        print(f"  t={elapsed:4.0f}s  waiting for the first batch...")
+        return
+    live = sum(1 for r in job["ranks"] if r["state"] == "running")
+    ops, groups = job["ops"], len(job["groups"])
+    print(f"  t={elapsed:4.0f}s  ranks reporting {live}/{job['world']}  ops recorded {ops:,}  groups {groups}")
+    for s in _suspects(collector, job_id):
+        sid = str(s.get("id"))
+        if sid in shown or s.get("status") != "active":
+            continue
+        shown.add(sid)
+        print(f"  >>> SUSPECT {_suspect_line(s)}")
+
+
+def _suspect_line(s: dict[str, Any]) -> str:
+    where = s.get("link") or s.get("nodes") if s.get("level") != "rank" else f"rank {s.get('ranks')}"
+    slow = s.get("slowdown")
+    how = f"job {slow:.2f}x slower" if isinstance(slow, (int, float)) else "job stopped"
+    return f"{s.get('kind')} at {s.get('level')} {where}: {how} (score {s.get('score', 0):.2f})"
+
+
+def _demo_report(job: dict[str, Any] | None, suspects: list[dict[str, Any]], as_json: bool) -> None:
+    if job is None:
+        print("rankwatch demo: the service never heard from the job")
+        return
+    if as_json:
+        print(json.dumps({"job": job, "suspects": suspects}, indent=2, default=str))
+        return
+    print()
+    print(f"job {job['id']}: {job['world']} ranks on {job['nodes']} node(s), {job['ops']:,} ops, state {job['state']}")
+    print(f"  {'rank':>4}  {'node':<16} {'pid':>7}  {'state':<9} {'ops':>7} {'drops':>5}")
+    for r in job["ranks"]:
+        print(f"  {r['rank']:>4}  {r['node']:<16} {r['pid'] or '-':>7}  {r['state']:<9} {r['ops']:>7} {r['drops']:>5}")
+    for g in job["groups"]:
+        counts = ", ".join(f"{k} {v}" for k, v in g["op_counts"].items())
+        print(f"  group {g['id']} ranks {g['ranks']}: last seq {g['last_seq']}; {counts}")
+    if not suspects:
+        print("suspects: none")
+    for s in suspects:
+        print(f"suspect #{s.get('id')} [{s.get('status')}] {_suspect_line(s)}")
+        print("  evidence: " + json.dumps(s.get("evidence"), default=str)[:800])
 
 
 if __name__ == "__main__":

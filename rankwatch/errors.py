@@ -4,6 +4,7 @@
     ├── ConfigError                a setting or environment variable has a bad value
     ├── WireError                  a batch is malformed (the collector answers 400 with the message)
     ├── InjectSpecError            RANKWATCH_INJECT cannot be parsed
+    ├── AuthError                  no token, or not one with the scope the route needs (401/403)
     └── MissingExtraError          (also an ImportError) an optional extra is not installed
 
 The service maps these to HTTP in one place (``rankwatch.api``); the hooks never let any of them
@@ -12,7 +13,7 @@ reach training code.
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "InjectSpecError", "MissingExtraError", "RankwatchError", "WireError"]
+__all__ = ["AuthError", "ConfigError", "InjectSpecError", "MissingExtraError", "RankwatchError", "WireError"]
 
 
 class RankwatchError(Exception):
@@ -36,3 +37,11 @@ class MissingExtraError(RankwatchError, ImportError):
 
     def __init__(self, what: str, extra: str) -> None:
         super().__init__(f"{what} needs an optional dependency: pip install 'rankwatch[{extra}]'")
+
+
+class AuthError(RankwatchError):
+    """A request lacks a token with the scope a route needs (401) or has the wrong one (403)."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status

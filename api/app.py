@@ -1,0 +1,159 @@
+"""The FastAPI application: REST routes over the collector, with auth and error mapping in one place.
+
+``create_app(settings)`` builds everything; nothing connects to a database before the app's
+lifespan starts. Domain errors become HTTP answers in ``_install_error_handlers`` only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+
+from rankwatch import __version__
+from rankwatch.api.auth import Principal, TokenStore
+from rankwatch.collector.db import open_database
+from rankwatch.collector.service import Collector
+from rankwatch.collector.settings import Settings
+from rankwatch.errors import AuthError, WireError
+from rankwatch.wire import CONTENT_TYPE
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger(__name__)
+
+
+def _scope(need: str) -> Callable[[Request], Principal]:
+    def dependency(request: Request) -> Principal:
+        tokens: TokenStore = request.app.state.tokens
+        return tokens.authenticate(request.headers.get("authorization"), need)
+
+    dependency.__name__ = f"require_{need}"
+    return dependency
+
+
+IngestDep = Annotated[Principal, Depends(_scope("ingest"))]
+ReadDep = Annotated[Principal, Depends(_scope("read"))]
+AdminDep = Annotated[Principal, Depends(_scope("admin"))]
+
+
+def get_collector(request: Request) -> Collector:
+    return request.app.state.collector  # type: ignore[no-any-return]
+
+
+CollectorDep = Annotated[Collector, Depends(get_collector)]
+
+
+def create_app(settings: Settings | None = None, *, collector: Collector | None = None) -> FastAPI:
+    """Build the service.
+
+    Args:
+        settings: the service's settings (default: from the environment).
+        collector: an already built collector (tests); by default one is built at start-up on
+            ``settings.database_url`` and its background loop started.
+    """
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own = collector is None
+        if own:
+            db = open_database(settings.database_url)
+            app.state.collector = Collector(settings, db, detector_factory=_detector_factory())
+            app.state.collector.load()
+            app.state.collector.start()
+        try:
+            yield
+        finally:
+            if own:
+                app.state.collector.stop()
+                app.state.collector.db.close()
+
+    app = FastAPI(
+        title="rankwatch",
+        version=__version__,
+        description="Which rank, node or link is slowing or hanging your distributed training job.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.tokens = TokenStore(settings)
+    if collector is not None:
+        app.state.collector = collector
+    _install_error_handlers(app)
+    _install_routes(app, settings)
+    return app
+
+
+def _detector_factory() -> Callable[[str], Any] | None:
+    try:
+        from rankwatch.detector import DetectorConfig, JobDetector
+    except ImportError:
+        return None
+
+    def make(_job_id: str) -> Any:
+        return JobDetector(DetectorConfig())
+
+    return make
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AuthError)
+    async def _auth(_request: Request, exc: AuthError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status, headers=headers)
+
+    @app.exception_handler(WireError)
+    async def _wire(_request: Request, exc: WireError) -> JSONResponse:
+        return JSONResponse({"detail": f"malformed batch: {exc}"}, status_code=400)
+
+    @app.exception_handler(PermissionError)
+    async def _forbidden(_request: Request, exc: PermissionError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=403)
+
+
+def _install_routes(app: FastAPI, settings: Settings) -> None:
+    max_body = int(settings.max_body_mb * 1024 * 1024)
+
+    @app.get("/healthz", tags=["service"])
+    def read_health(request: Request) -> dict[str, Any]:
+        """Liveness: open to everyone, says nothing secret."""
+        c = getattr(request.app.state, "collector", None)
+        return {"ok": True, "version": __version__, "jobs": len(c.jobs) if c is not None else 0}
+
+    @app.post("/ingest", tags=["ingest"])
+    async def create_batch(request: Request, principal: IngestDep, collector: CollectorDep) -> Response:
+        """Take one batch from a rank (wire format, ``Content-Type: application/vnd.rankwatch.batch``).
+
+        The reply carries the commands waiting for that rank.
+        """
+        ctype = request.headers.get("content-type", "").split(";")[0].strip()
+        if ctype not in (CONTENT_TYPE, "application/octet-stream"):
+            raise HTTPException(415, f"batches must be sent as {CONTENT_TYPE}, not {ctype or 'no content type'}")
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > max_body:
+            raise HTTPException(413, f"batch is {length} bytes; the limit is {max_body}")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_body:
+                raise HTTPException(413, f"batch is larger than the limit of {max_body} bytes")
+        result = collector.ingest(bytes(body), bound_job=principal.job)
+        return JSONResponse(result)
+
+    @app.get("/jobs", tags=["jobs"])
+    def read_jobs(_: ReadDep, collector: CollectorDep) -> list[dict[str, Any]]:
+        """Jobs the service has seen, most recent first."""
+        return collector.list_jobs()
+
+    @app.get("/jobs/{job_id}", tags=["jobs"])
+    def read_job(job_id: str, _: ReadDep, collector: CollectorDep) -> dict[str, Any]:
+        """One job: its ranks (node, pid, last seen, ops, drops), groups (members, last sequence
+        number, op counts by kind) and the ranks of each node."""
+        job = collector.get_job(job_id)
+        if job is None:
+            raise HTTPException(404, f"no job {job_id!r}")
+        return job

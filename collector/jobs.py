@@ -1,0 +1,293 @@
+"""Per-job state kept in memory: ranks, groups, op counts, batch de-duplication, pending commands.
+
+One ``JobState`` per job, updated by every accepted batch under the job's lock. It is what
+``GET /jobs`` shows for live jobs and what the storage layer persists; raw records go to the
+detector, never here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+
+from rankwatch.wire import KIND_NAMES, Batch, runs_to_ranks
+
+__all__ = ["Command", "GroupInfo", "JobState", "RankInfo", "iso"]
+
+_command_ids = itertools.count(1)
+
+
+def iso(ts: float | None) -> str | None:
+    """Seconds since the epoch as ISO 8601 UTC with milliseconds (how the API shows times)."""
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(slots=True)
+class RankInfo:
+    """What the collector knows of one rank."""
+
+    rank: int
+    node: str
+    incarnation: str
+    first_seen: float
+    last_seen: float
+    pid: int | None = None
+    restart: int = 0
+    state: str = "running"
+    ops: int = 0
+    drops: int = 0
+    batches: int = 0
+    last_batch: int = -1
+    flush_s: float = 1.0
+    end_reason: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    stack: str | None = None
+    control_allowed: bool = False
+    commands_ignored: int = 0
+
+    def public(self, now: float) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "node": self.node,
+            "pid": self.pid,
+            "incarnation": self.incarnation,
+            "restart": self.restart,
+            "state": self.state,
+            "first_seen": iso(self.first_seen),
+            "last_seen": iso(self.last_seen),
+            "silent_s": round(max(0.0, now - self.last_seen), 3),
+            "ops": self.ops,
+            "drops": self.drops,
+            "batches": self.batches,
+            "end_reason": self.end_reason,
+            "control_allowed": self.control_allowed,
+            "commands_ignored": self.commands_ignored,
+            "meta": self.meta,
+        }
+
+
+@dataclass(slots=True)
+class GroupInfo:
+    """What the collector knows of one process group of a job."""
+
+    gid: str
+    desc: str | None = None
+    members: list[int] | None = None
+    size: int | None = None
+    backend: str | None = None
+    last_seq: int = 0
+    ops: int = 0
+    op_counts: dict[str, int] = field(default_factory=dict)
+    reporters: set[int] = field(default_factory=set)
+
+    def public(self) -> dict[str, Any]:
+        members = self.members if self.members is not None else sorted(self.reporters)
+        return {
+            "id": self.gid,
+            "desc": self.desc,
+            "ranks": members,
+            "size": self.size if self.size is not None else len(members),
+            "backend": self.backend,
+            "last_seq": self.last_seq,
+            "ops": self.ops,
+            "op_counts": dict(sorted(self.op_counts.items())),
+        }
+
+
+@dataclass(slots=True)
+class Command:
+    """A command for one rank, carried in the reply to its next batch until it is acknowledged."""
+
+    id: str
+    rank: int
+    type: str
+    args: dict[str, Any]
+    created: float
+    delivered: float | None = None
+    result: str | None = None  # "done" or "ignored" once acknowledged
+
+    def wire(self) -> dict[str, Any]:
+        return {"id": self.id, "type": self.type, **self.args}
+
+
+class JobState:
+    """Everything in memory about one job."""
+
+    REDELIVER_S = 10.0
+
+    def __init__(self, job_id: str, now: float) -> None:
+        self.job_id = job_id
+        self.first_seen = now
+        self.last_seen = now
+        self.world = 0
+        self.ranks: dict[int, RankInfo] = {}
+        self.groups: dict[str, GroupInfo] = {}
+        self.lock = threading.RLock()
+        self.commands: dict[str, Command] = {}
+        self.dirty = True
+        self.records = 0
+        self.batches = 0
+        self.detector: Any = None
+
+    # -- batches ----------------------------------------------------------------------------------
+    def is_duplicate(self, rank: int, incarnation: str, batch_no: int) -> bool:
+        """A batch already taken: same rank, same incarnation, number not above the last taken.
+
+        A rank ships its batches in order and retries only the pending one, so the highest
+        accepted number per incarnation is enough. A restarted process has a new incarnation.
+        """
+        info = self.ranks.get(rank)
+        return info is not None and info.incarnation == incarnation and batch_no <= info.last_batch
+
+    def apply(self, batch: Batch, now: float) -> None:
+        """Fold an accepted batch into the job's ranks, groups and counts."""
+        h = batch.header
+        r = batch.records
+        rank = h["rank"]
+        self.world = max(self.world, h["world"])
+        self.last_seen = now
+        self.batches += 1
+        self.records += len(r)
+        info = self.ranks.get(rank)
+        if info is None or info.incarnation != h["incarnation"]:
+            old = info
+            info = RankInfo(
+                rank=rank,
+                node=h["node"],
+                incarnation=h["incarnation"],
+                first_seen=now if old is None else old.first_seen,
+                last_seen=now,
+            )
+            if old is not None:  # a restarted process: keep the rank's totals across incarnations
+                info.ops, info.batches = old.ops, old.batches
+            self.ranks[rank] = info
+        info.node = h["node"]
+        info.last_seen = now
+        info.last_batch = h["batch"]
+        info.batches += 1
+        info.ops += len(r)
+        info.drops = int(h.get("drops", 0))
+        info.pid = h.get("pid")
+        info.restart = int(h.get("restart", 0))
+        info.state = h.get("state", "running")
+        info.flush_s = float(h.get("flush_s", 1.0))
+        info.end_reason = h.get("end_reason")
+        info.stack = h.get("stack")
+        if h.get("meta"):
+            info.meta = h["meta"]
+        control = h.get("control") or {}
+        info.control_allowed = bool(control.get("allowed", False))
+        info.commands_ignored = int(control.get("ignored_total", 0) or 0)
+        self._ack(control, now)
+
+        groups = h["groups"]
+        counts = _counts(r, len(groups))
+        for i, g in enumerate(groups):
+            gi = self.groups.get(g["id"])
+            if gi is None:
+                gi = self.groups[g["id"]] = GroupInfo(gid=g["id"])
+            gi.desc = g.get("desc", gi.desc)
+            if g.get("ranks"):
+                gi.members = runs_to_ranks(g["ranks"])
+            if isinstance(g.get("size"), int):
+                gi.size = g["size"]
+            gi.backend = g.get("backend", gi.backend)
+            gi.last_seq = max(gi.last_seq, int(g.get("entered", 0)))
+            gi.reporters.add(rank)
+            for kind, n in counts.get(i, {}).items():
+                gi.op_counts[kind] = gi.op_counts.get(kind, 0) + n
+                gi.ops += n
+        self.dirty = True
+
+    # -- commands ---------------------------------------------------------------------------------
+    def queue_command(self, rank: int, kind: str, now: float, **args: Any) -> Command:
+        cmd = Command(id=f"c{next(_command_ids)}-{int(now * 1000)}", rank=rank, type=kind, args=args, created=now)
+        self.commands[cmd.id] = cmd
+        return cmd
+
+    def commands_for(self, rank: int, now: float) -> list[dict[str, Any]]:
+        """Commands to put in the reply to ``rank``'s batch (new ones, and unacknowledged old ones)."""
+        out = []
+        for cmd in self.commands.values():
+            if cmd.rank != rank or cmd.result is not None:
+                continue
+            if cmd.delivered is None or now - cmd.delivered > self.REDELIVER_S:
+                cmd.delivered = now
+                out.append(cmd.wire())
+        return out
+
+    def _ack(self, control: dict[str, Any], now: float) -> None:
+        for key, result in (("done", "done"), ("ignored", "ignored")):
+            for cid in control.get(key) or []:
+                cmd = self.commands.get(str(cid))
+                if cmd is not None:
+                    cmd.result = result
+
+    # -- views ------------------------------------------------------------------------------------
+    def nodes(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for r in sorted(self.ranks):
+            out.setdefault(self.ranks[r].node, []).append(r)
+        return out
+
+    def summary(self, now: float | None = None) -> dict[str, Any]:
+        now = time.time() if now is None else now
+        states: dict[str, int] = {}
+        for info in self.ranks.values():
+            states[info.state] = states.get(info.state, 0) + 1
+        return {
+            "id": self.job_id,
+            "world": self.world,
+            "ranks_seen": len(self.ranks),
+            "nodes": len({i.node for i in self.ranks.values()}),
+            "first_seen": iso(self.first_seen),
+            "last_seen": iso(self.last_seen),
+            "state": self.state(),
+            "rank_states": states,
+            "ops": self.records,
+            "groups": len(self.groups),
+        }
+
+    def state(self) -> str:
+        if not self.ranks:
+            return "running"
+        states = {i.state for i in self.ranks.values()}
+        if states == {"goodbye"}:
+            return "finished"
+        if "running" in states:
+            return "running"
+        return "ended"
+
+    def detail(self, now: float | None = None) -> dict[str, Any]:
+        now = time.time() if now is None else now
+        out = self.summary(now)
+        out["ranks"] = [self.ranks[r].public(now) for r in sorted(self.ranks)]
+        out["groups"] = [self.groups[g].public() for g in sorted(self.groups, key=_group_order)]
+        out["node_ranks"] = self.nodes()
+        return out
+
+
+def _group_order(gid: str) -> tuple[int, str]:
+    head = gid.split("#", 1)[0]
+    return (int(head), gid) if head.isdigit() else (1 << 62, gid)
+
+
+def _counts(r: Any, ngroups: int) -> dict[int, dict[str, int]]:
+    """Op counts per group index and kind name, computed on the columns."""
+    if not len(r):
+        return {}
+    key = r.group.astype(np.int64) * 256 + r.kind.astype(np.int64)
+    uniq, n = np.unique(key, return_counts=True)
+    out: dict[int, dict[str, int]] = {}
+    for k, c in zip(uniq.tolist(), n.tolist(), strict=True):
+        g, kind = divmod(k, 256)
+        out.setdefault(g, {})[KIND_NAMES.get(kind, str(kind))] = c
+    return out

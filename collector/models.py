@@ -1,0 +1,63 @@
+"""SQLAlchemy 2 models: what people query later. Raw per-op records never come here.
+
+Times are float seconds since the epoch (server clock), portable across SQLite and PostgreSQL;
+the API renders them as ISO 8601.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = ["Base", "GroupRow", "JobRow", "RankRow"]
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    first_seen: Mapped[float] = mapped_column(Float)
+    last_seen: Mapped[float] = mapped_column(Float, index=True)
+    world: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(32), default="running")
+    policy: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    meta: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class RankRow(Base):
+    __tablename__ = "ranks"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(256), index=True)
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    incarnation: Mapped[str] = mapped_column(String(256))
+    restart: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(32))
+    first_seen: Mapped[float] = mapped_column(Float)
+    last_seen: Mapped[float] = mapped_column(Float)
+    ops: Mapped[int] = mapped_column(BigInteger, default=0)
+    drops: Mapped[int] = mapped_column(BigInteger, default=0)
+    batches: Mapped[int] = mapped_column(BigInteger, default=0)
+    end_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    meta: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class GroupRow(Base):
+    __tablename__ = "groups"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    gid: Mapped[str] = mapped_column(String(256), primary_key=True)
+    desc: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    members: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    size: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    backend: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    ops: Mapped[int] = mapped_column(BigInteger, default=0)
+    op_counts: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)

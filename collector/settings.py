@@ -1,0 +1,97 @@
+"""The service's settings: one pydantic-settings ``Settings``, environment prefix ``RANKWATCH_``.
+
+``rankwatch serve --help`` shows the same settings as flags; a flag beats the variable, which
+beats the default. Nothing here connects to anything.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from rankwatch.env import DEFAULT_PORT
+
+__all__ = ["Settings", "is_loopback"]
+
+
+def _split(value: object) -> object:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Everything ``rankwatch serve`` can be told."""
+
+    model_config = SettingsConfigDict(env_prefix="RANKWATCH_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Address to bind; loopback unless told otherwise.")
+    port: int = Field(DEFAULT_PORT, ge=0, le=65535, description="TCP port.")
+    data_dir: Path = Field(Path.home() / ".rankwatch", description="Where the SQLite database lives by default.")
+    db: str | None = Field(
+        None, description="Database URL (sqlite:///path or postgresql://...); default: SQLite in the data directory."
+    )
+    ingest_tokens: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated tokens ranks may send batches with."
+    )
+    read_tokens: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated tokens for reading (dashboards, /suspects)."
+    )
+    admin_tokens: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated tokens for webhooks, actions, policies (may also read)."
+    )
+    tokens_file: Path | None = Field(
+        None, description="File of 'scope token [job]' lines, re-read when it changes (tokens rotate without restart)."
+    )
+    webhook_allow: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Hosts/CIDRs webhooks may reach despite the SSRF guard."
+    )
+    policy: str = Field("observe", description="Default remediation policy for all jobs: observe, approve or auto.")
+    actuator: str = Field("none", description="Default actuator for all jobs.")
+    analysis_interval_s: float = Field(0.5, gt=0, description="Seconds between analysis passes over each job.")
+    rank_dead_after_s: float = Field(
+        0.0, ge=0, description="Heartbeat silence that makes a rank dead (0: adapt to each rank's flush interval)."
+    )
+    max_body_mb: float = Field(64.0, gt=0, description="Largest batch accepted, in MiB.")
+    certfile: Path | None = Field(None, description="TLS certificate (PEM); serve HTTPS when given with keyfile.")
+    keyfile: Path | None = Field(None, description="TLS private key (PEM).")
+    log_level: str = Field("info", description="Log level of the service.")
+
+    @field_validator("ingest_tokens", "read_tokens", "admin_tokens", "webhook_allow", mode="before")
+    @classmethod
+    def _comma_list(cls, value: object) -> object:
+        return _split(value)
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, value: str) -> str:
+        if value not in ("observe", "approve", "auto"):
+            raise ValueError("policy must be observe, approve or auto")
+        return value
+
+    @property
+    def database_url(self) -> str:
+        if self.db:
+            url = self.db
+            if url.startswith("postgresql://"):
+                url = "postgresql+psycopg://" + url[len("postgresql://") :]
+            return url
+        return f"sqlite:///{self.data_dir / 'rankwatch.db'}"
+
+    @property
+    def tokens_configured(self) -> bool:
+        return bool(self.ingest_tokens or self.read_tokens or self.admin_tokens or self.tokens_file)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps the service reachable from this machine only."""
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
