@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
 
 from rankwatch import __version__
 from rankwatch.api.auth import Principal, TokenStore
@@ -100,6 +101,15 @@ def _detector_factory() -> Callable[[str], Any] | None:
     return make
 
 
+class CommandCreate(BaseModel):
+    """A command for the ranks of a live job, delivered in the replies to their next batches."""
+
+    type: Literal["exit", "dump_flight_recorder"]
+    ranks: list[int] | None = Field(None, description="which ranks (default: every rank of the job)")
+    code: int = Field(1, ge=0, le=255, description="exit code, for type=exit")
+    reason: str = Field("", max_length=500, description="why, shown in the ranks' logs")
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AuthError)
     async def _auth(_request: Request, exc: AuthError) -> JSONResponse:
@@ -109,6 +119,10 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(WireError)
     async def _wire(_request: Request, exc: WireError) -> JSONResponse:
         return JSONResponse({"detail": f"malformed batch: {exc}"}, status_code=400)
+
+    @app.exception_handler(ValueError)
+    async def _invalid(_request: Request, exc: ValueError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=422)
 
     @app.exception_handler(PermissionError)
     async def _forbidden(_request: Request, exc: PermissionError) -> JSONResponse:
@@ -157,3 +171,49 @@ def _install_routes(app: FastAPI, settings: Settings) -> None:
         if job is None:
             raise HTTPException(404, f"no job {job_id!r}")
         return job
+
+    @app.get("/jobs/{job_id}/ops", tags=["jobs"])
+    def read_job_ops(
+        job_id: str,
+        _: ReadDep,
+        collector: CollectorDep,
+        rank: int | None = None,
+        group: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+    ) -> list[dict[str, Any]]:
+        """The newest raw op records the service still holds in memory for a job (oldest first),
+        optionally of one rank and/or one group. Times are on each rank's own monotonic clock."""
+        ops = collector.recent_ops(job_id, rank=rank, group=group, limit=limit)
+        if ops is None:
+            raise HTTPException(404, f"no live job {job_id!r}")
+        return ops
+
+    @app.post("/jobs/{job_id}/commands", tags=["jobs"], status_code=202)
+    def create_commands(job_id: str, body: CommandCreate, _: AdminDep, collector: CollectorDep) -> list[dict[str, Any]]:
+        """Queue a command for ranks of a live job: ``dump_flight_recorder`` (PyTorch's own ring,
+        served by ``GET /jobs/{job_id}/flight-recorder``) or ``exit`` with a code (honoured only by
+        jobs that set ``RANKWATCH_CONTROL=1``; others ignore and count it)."""
+        args: dict[str, Any] = {"reason": body.reason} if body.reason else {}
+        if body.type == "exit":
+            args["code"] = body.code
+        queued = collector.queue_commands(job_id, body.type, body.ranks, **args)
+        if queued is None:
+            raise HTTPException(404, f"no live job {job_id!r}")
+        return queued
+
+    @app.get("/jobs/{job_id}/commands", tags=["jobs"])
+    def read_commands(job_id: str, _: ReadDep, collector: CollectorDep) -> list[dict[str, Any]]:
+        """Commands queued for a job's ranks and whether each was done or ignored."""
+        job = collector.jobs.get(job_id)
+        if job is None:
+            raise HTTPException(404, f"no live job {job_id!r}")
+        with job.lock:
+            return job.command_status()
+
+    @app.get("/jobs/{job_id}/flight-recorder", tags=["jobs"])
+    def read_flight_recorder(job_id: str, _: ReadDep, collector: CollectorDep) -> dict[str, Any]:
+        """The latest Flight Recorder dump each rank sent (after a ``dump_flight_recorder`` command)."""
+        dumps = collector.flight_recorder(job_id)
+        if dumps is None:
+            raise HTTPException(404, f"no live job {job_id!r}")
+        return {str(rank): d for rank, d in sorted(dumps.items())}

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from rankwatch.collector.recent import RecentOps
 from rankwatch.wire import KIND_NAMES, Batch, runs_to_ranks
 
 __all__ = ["Command", "GroupInfo", "JobState", "RankInfo", "iso"]
@@ -136,6 +137,8 @@ class JobState:
         self.records = 0
         self.batches = 0
         self.detector: Any = None
+        self.recent = RecentOps()
+        self.flight_recorder: dict[int, dict[str, Any]] = {}
 
     # -- batches ----------------------------------------------------------------------------------
     def is_duplicate(self, rank: int, incarnation: str, batch_no: int) -> bool:
@@ -187,8 +190,12 @@ class JobState:
         info.control_allowed = bool(control.get("allowed", False))
         info.commands_ignored = int(control.get("ignored_total", 0) or 0)
         self._ack(control, now)
+        fr = (h.get("attachments") or {}).get("flight_recorder")
+        if isinstance(fr, dict):
+            self.flight_recorder[rank] = {"command": fr.get("command"), "received": iso(now), "trace": fr.get("trace")}
 
         groups = h["groups"]
+        self.recent.add(rank, tuple(g["id"] for g in groups), r)
         counts = _counts(r, len(groups))
         for i, g in enumerate(groups):
             gi = self.groups.get(g["id"])
@@ -212,6 +219,20 @@ class JobState:
         cmd = Command(id=f"c{next(_command_ids)}-{int(now * 1000)}", rank=rank, type=kind, args=args, created=now)
         self.commands[cmd.id] = cmd
         return cmd
+
+    def command_status(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": c.id,
+                "rank": c.rank,
+                "type": c.type,
+                "args": c.args,
+                "created": iso(c.created),
+                "delivered": iso(c.delivered),
+                "result": c.result,
+            }
+            for c in self.commands.values()
+        ]
 
     def commands_for(self, rank: int, now: float) -> list[dict[str, Any]]:
         """Commands to put in the reply to ``rank``'s batch (new ones, and unacknowledged old ones)."""

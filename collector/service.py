@@ -125,6 +125,38 @@ class Collector:
                 return job.detail(self.clock())
         return None
 
+    def recent_ops(
+        self, job_id: str, *, rank: int | None = None, group: str | None = None, limit: int = 1000
+    ) -> list[dict[str, Any]] | None:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return None
+        with job.lock:
+            return job.recent.query(rank=rank, group=group, limit=limit)
+
+    def queue_commands(
+        self, job_id: str, kind: str, ranks: list[int] | None, **args: Any
+    ) -> list[dict[str, Any]] | None:
+        """Queue a command for some (or all) ranks of a live job; it rides on their next replies."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return None
+        now = self.clock()
+        with job.lock:
+            targets = sorted(job.ranks) if ranks is None else ranks
+            unknown = [r for r in targets if r not in job.ranks]
+            if unknown:
+                raise ValueError(f"job {job_id!r} has no ranks {unknown}")
+            cmds = [job.queue_command(r, kind, now, **args) for r in targets]
+            return [{"id": c.id, "rank": c.rank, "type": c.type, **c.args} for c in cmds]
+
+    def flight_recorder(self, job_id: str) -> dict[int, dict[str, Any]] | None:
+        job = self.jobs.get(job_id)
+        if job is None:
+            return None
+        with job.lock:
+            return dict(job.flight_recorder)
+
     # -- persistence ------------------------------------------------------------------------------
     def load(self) -> int:
         """Bring back the jobs the database knows (after a restart): ranks, groups, policies."""

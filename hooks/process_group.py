@@ -307,9 +307,18 @@ def _peer(args: tuple[Any, ...], src: str | int | None) -> int:
     return int(args[src]) if len(args) > src else -1  # type: ignore[operator]
 
 
+# coalesced ops over a single tensor (what functional collectives issue) are named as the plain op
+_SINGLE = {
+    OpKind.ALL_REDUCE_COALESCED: OpKind.ALL_REDUCE,
+    OpKind.ALL_GATHER_INTO_TENSOR_COALESCED: OpKind.ALL_GATHER_INTO_TENSOR,
+    OpKind.REDUCE_SCATTER_TENSOR_COALESCED: OpKind.REDUCE_SCATTER_TENSOR,
+}
+
+
 def _make_op(name: str, kind: OpKind, tensors_at: int | None, peer_src: str | int | None) -> Callable[..., Any]:
     real_method = getattr(_RealPG, name)
     k = int(kind)
+    single = int(_SINGLE.get(kind, kind))
 
     def op(self: InstrumentedProcessGroup, *args: Any, **kwargs: Any) -> Any:
         st = self._rw
@@ -324,7 +333,8 @@ def _make_op(name: str, kind: OpKind, tensors_at: int | None, peer_src: str | in
                 tensors = args[tensors_at]
             else:
                 tensors = next(iter(kwargs.values())) if kwargs else None
-            op_id, cuda = st.enter(k, tensors, _peer(args, peer_src))
+            kind_now = single if single != k and isinstance(tensors, list) and len(tensors) == 1 else k
+            op_id, cuda = st.enter(kind_now, tensors, _peer(args, peer_src))
         except Exception:
             logger.debug("rankwatch: could not record %s", name, exc_info=True)
             return real_method(self._rw_real, *args, **kwargs)

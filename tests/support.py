@@ -1,0 +1,136 @@
+"""Test support: a real ``rankwatch serve`` process, and real ``torchrun`` jobs pointed at it.
+
+Tests run against the *installed* package (the test command installs it), and every child
+process runs in a temporary directory so the repository's ``rankwatch/`` folder never shadows it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+TESTS = Path(__file__).parent
+SCRIPTS = TESTS / "hooks" / "scripts"
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment for a child: no inherited rankwatch settings, quiet, one thread."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RANKWATCH") and not k.startswith("TORCHELASTIC")}
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONWARNINGS="ignore", GLOO_SOCKET_IFNAME="lo")
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Service:
+    """A real ``rankwatch serve`` process on loopback."""
+
+    url: str
+    data_dir: Path
+    proc: subprocess.Popen[bytes]
+    log: Path
+    token: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def get(self, path: str, **params: Any) -> Any:
+        r = httpx.get(self.url + path, params=params, headers=self.headers, timeout=30)
+        r.raise_for_status()
+        return r.json()
+
+    def job(self, job_id: str) -> dict[str, Any] | None:
+        r = httpx.get(f"{self.url}/jobs/{job_id}", headers=self.headers, timeout=30)
+        return r.json() if r.status_code == 200 else None
+
+    def wait_job(self, job_id: str, pred: Any = None, timeout: float = 30.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        job = None
+        while time.monotonic() < deadline:
+            job = self.job(job_id)
+            if job is not None and (pred is None or pred(job)):
+                return job
+            time.sleep(0.25)
+        raise AssertionError(f"job {job_id} did not reach the expected state in {timeout}s; last seen: {job}")
+
+    def ops(self, job_id: str, **params: Any) -> list[dict[str, Any]]:
+        return list(self.get(f"/jobs/{job_id}/ops", limit=100_000, **params))
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_service(tmp: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None) -> Service:
+    port = port or free_port()
+    data_dir = tmp / "data"
+    log = tmp / f"service-{port}.log"
+    cmd = [str(BIN / "rankwatch"), "serve", "--port", str(port), "--data-dir", str(data_dir), *args]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, cwd=tmp, env=env or clean_env(), stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"rankwatch serve exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                return Service(url=url, data_dir=data_dir, proc=proc, log=log)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError(f"rankwatch serve did not come up:\n{log.read_text()}")
+
+
+@dataclass
+class Run:
+    returncode: int
+    output: str
+    outdir: Path
+
+
+def torchrun(
+    tmp: Path,
+    script: str | Path,
+    *script_args: str,
+    nproc: int = 2,
+    env: dict[str, str] | None = None,
+    timeout: float = 240,
+    launcher_args: tuple[str, ...] = ("--standalone",),
+) -> Run:
+    """Run ``script`` under a real torchrun in ``tmp``; the script's last argument is an output dir."""
+    outdir = tmp / "out"
+    outdir.mkdir(exist_ok=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *launcher_args,
+        f"--nproc-per-node={nproc}",
+        str(script),
+        *script_args,
+    ]
+    proc = subprocess.run(
+        cmd, cwd=tmp, env=env or clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout
+    )
+    return Run(proc.returncode, proc.stdout.decode(errors="replace"), outdir)
