@@ -25,6 +25,32 @@ def watch_for_torchft() -> None:
     from rankwatch.hooks._imports import after_import
 
     after_import("torchft.process_group", _patch)
+    after_import("torchft.manager", _patch_manager)
+
+
+def _patch_manager(module: ModuleType) -> None:
+    """Learn the replica id torchft's lighthouse knows (with the uuid torchft appends)."""
+    manager_cls = getattr(module, "Manager", None)
+    if manager_cls is None or getattr(manager_cls.__init__, "_rankwatch", False):
+        return
+    original = manager_cls.__init__
+    key = getattr(module, "REPLICA_ID_KEY", "replica_id")
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        try:
+            from rankwatch.hooks import installed
+
+            rec = installed()
+            if rec is not None:
+                full = self._store.get(key)
+                rec.meta["torchft_replica_id"] = full.decode() if isinstance(full, bytes) else str(full)
+        except Exception:
+            logger.debug("rankwatch: could not read torchft's replica id", exc_info=True)
+
+    __init__._rankwatch = True  # type: ignore[attr-defined]
+    manager_cls.__init__ = __init__
 
 
 def _patch(module: ModuleType) -> None:
@@ -80,5 +106,5 @@ def _after_configure(wrapper: Any, old: Any, replica_id: str, rank: int, world_s
             replicas = 0
         world = max(max(members) + 1, (replicas or 0) * (group_world or 1))
         rec.set_identity(my_rank, world)
-    rec.meta["torchft_replica_id"] = replica_id
+    rec.meta.setdefault("torchft_replica_id", replica_id)
     wrapper._pg = new
