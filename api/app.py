@@ -91,7 +91,7 @@ def create_app(settings: Settings | None = None, *, collector: Collector | None 
 
 def _detector_factory() -> Callable[[str], Any] | None:
     try:
-        from rankwatch.detector import DetectorConfig, JobDetector
+        from rankwatch.detector import DetectorConfig, JobDetector  # type: ignore[attr-defined,unused-ignore]
     except ImportError:
         return None
 
@@ -209,6 +209,16 @@ def _install_routes(app: FastAPI, settings: Settings) -> None:
             raise HTTPException(404, f"no live job {job_id!r}")
         with job.lock:
             return job.command_status()
+
+    @app.get("/jobs/{job_id}/stacks", tags=["jobs"])
+    def read_stacks(job_id: str, _: ReadDep, collector: CollectorDep) -> dict[str, str | None]:
+        """The last Python stack each rank's training thread sent (ranks send it when an op is
+        stuck in flight, or when they have entered no collective for a while)."""
+        job = collector.jobs.get(job_id)
+        if job is None:
+            raise HTTPException(404, f"no live job {job_id!r}")
+        with job.lock:
+            return {str(r): job.ranks[r].stack for r in sorted(job.ranks)}
 
     @app.get("/jobs/{job_id}/flight-recorder", tags=["jobs"])
     def read_flight_recorder(job_id: str, _: ReadDep, collector: CollectorDep) -> dict[str, Any]:

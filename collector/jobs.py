@@ -136,6 +136,7 @@ class JobState:
         self.dirty = True
         self.records = 0
         self.batches = 0
+        self.wire_bytes = 0
         self.detector: Any = None
         self.recent = RecentOps()
         self.flight_recorder: dict[int, dict[str, Any]] = {}
@@ -274,6 +275,7 @@ class JobState:
             "state": self.state(),
             "rank_states": states,
             "ops": self.records,
+            "wire_bytes": self.wire_bytes,
             "groups": len(self.groups),
         }
 

@@ -45,6 +45,7 @@ class RankRow(Base):
     ops: Mapped[int] = mapped_column(BigInteger, default=0)
     drops: Mapped[int] = mapped_column(BigInteger, default=0)
     batches: Mapped[int] = mapped_column(BigInteger, default=0)
+    last_batch: Mapped[int] = mapped_column(BigInteger, default=-1)
     end_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     meta: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 

@@ -86,6 +86,7 @@ class Collector:
                 self.stats["duplicates"] += 1
                 return IngestResult(accepted=0, duplicate=True, commands=job.commands_for(h["rank"], now))
             job.apply(batch, now)
+            job.wire_bytes += len(body)
             if job.detector is None and self.detector_factory is not None:
                 job.detector = self.detector_factory(job.job_id)
             if job.detector is not None:
@@ -180,6 +181,7 @@ class Collector:
                         ops=rr.ops,
                         drops=rr.drops,
                         batches=rr.batches,
+                        last_batch=rr.last_batch,
                         end_reason=rr.end_reason,
                         meta=rr.meta or {},
                     )
@@ -232,6 +234,7 @@ class Collector:
                                 ops=info.ops,
                                 drops=info.drops,
                                 batches=info.batches,
+                                last_batch=info.last_batch,
                                 end_reason=info.end_reason,
                                 meta=info.meta,
                             )

@@ -83,11 +83,14 @@ class GroupState:
         "append",
         "coalescing",
         "cuda_default",
+        "current",
+        "current_kind",
         "desc",
         "epoch",
         "gidx",
         "inflight",
         "inject",
+        "inline",
         "last_enter_ns",
         "members",
         "name",
@@ -120,8 +123,8 @@ class GroupState:
         self.seq = 0
         self.p2p_seq: dict[tuple[int, int], int] = {}
         self.ops = 0
-        # op id -> (t_enter_ns, inner work or None, kind, dtype, peer, seq, nbytes)
-        self.inflight: dict[int, tuple[Any, ...]] = {}
+        # op id -> [t_enter_ns, inner work or None, kind, dtype, peer, seq, nbytes, op id, gidx]
+        self.inflight: dict[int, list[Any]] = {}
         self.append = recorder.ring.append
         self.inject = inject
         self.cuda_default = cuda_default
@@ -130,16 +133,29 @@ class GroupState:
         self.last_enter_ns = 0
         self.members: list[int] | None = None  # global ranks, when torch's registry lacks them
         self.retired = False
+        # the synchronous op in flight, timed inline: its t_enter_ns (or None) and kind; its
+        # sequence number is ``seq``
+        self.current: int | None = None
+        self.current_kind = 0
+        # synchronous ops may be timed inline: a CPU group, not inside a coalescing block
+        self.inline = not cuda_default
 
     @property
     def key(self) -> str:
         """The group's id on the wire: its c10d name, plus a generation if the name was reused."""
         return self.name if self.epoch == 0 else f"{self.name}#{self.epoch}"
 
-    def enter(self, kind: int, tensors: Any, peer: int) -> tuple[int, bool]:
-        """Open an op; returns (op id, whether it runs on CUDA)."""
+    def enter(self, kind: int, tensors: Any, peer: int) -> tuple[list[Any], bool]:
+        """Open an op; returns (its in-flight entry, whether it runs on CUDA).
+
+        The entry is ``[t_enter_ns, work, kind, dtype, peer, seq, nbytes, op id, group index]``;
+        the work is filled in once the backend has returned it.
+        """
         if tensors is None:
             nbytes, code, cuda = 0, 0, self.cuda_default
+        elif type(tensors) is list and len(tensors) == 1 and type(tensors[0]) is _Tensor:
+            t = tensors[0]
+            nbytes, code, cuda = t.nbytes, _DTYPE_CODE.get(t.dtype, 0), t.is_cuda
         else:
             nbytes, code, cuda = _size(tensors)
         if kind == _SEND or kind == _RECV:
@@ -149,20 +165,19 @@ class GroupState:
             seq = self.seq = self.seq + 1
         op = self.ops = self.ops + 1
         t0 = self.last_enter_ns = _perf()
-        self.inflight[op] = (t0, None, kind, code, peer, seq, nbytes)
-        return op, cuda
+        entry = self.inflight[op] = [t0, None, kind, code, peer, seq, nbytes, op, self.gidx]
+        return entry, cuda
 
-    def track(self, op: int, cuda: bool, work: Any) -> Any:
+    def track(self, entry: list[Any], cuda: bool, work: Any) -> Any:
         """Attach completion timing to the work an op returned; returns what the caller gets."""
+        op = entry[7]
         if self.coalescing is not None:
             self.coalescing.append(op)
             return work
         if work is None:  # a backend that completed synchronously
             finish(self, op, _perf())
             return work
-        info = self.inflight.get(op)
-        if info is not None:
-            self.inflight[op] = (info[0], work, *info[2:])
+        entry[1] = work
         if cuda:
             if self.poller is None:
                 self.poller = self.recorder.cuda_poller()
@@ -172,12 +187,19 @@ class GroupState:
 
 
 def finish(st: GroupState, op: int, t_end: int, t_start: int | None = None) -> None:
-    """Close an op exactly once, from whichever thread sees it complete first."""
-    info = st.inflight.pop(op, None)
-    if info is None:
+    """Close an op exactly once, from whichever thread sees it complete first.
+
+    The ring's record is a tuple of ints (which the garbage collector stops tracking):
+    ``(t_enter, t_end, kind, dtype, peer, seq, nbytes, group index[, t_start])``; without
+    ``t_start`` (CPU backends) the op started when it was entered.
+    """
+    e = st.inflight.pop(op, None)
+    if e is None:
         return
-    t0, _work, kind, code, peer, seq, nbytes = info
-    st.append((st.gidx, kind, code, peer, seq, nbytes, t0, t0 if t_start is None else t_start, t_end))
+    if t_start is None:
+        st.append((e[0], t_end, e[2], e[3], e[4], e[5], e[6], e[8]))
+    else:
+        st.append((e[0], t_end, e[2], e[3], e[4], e[5], e[6], e[8], t_start))
 
 
 def _finish_all(st: GroupState, ops: tuple[int, ...] | int, t_end: int) -> None:
@@ -304,7 +326,8 @@ def _peer(args: tuple[Any, ...], src: str | int | None) -> int:
     if src == "opts":
         opts = args[-1] if len(args) > 1 else None
         return int(getattr(opts, "rootRank", -1))
-    return int(args[src]) if len(args) > src else -1  # type: ignore[operator]
+    assert isinstance(src, int)
+    return int(args[src]) if len(args) > src else -1
 
 
 # coalesced ops over a single tensor (what functional collectives issue) are named as the plain op
@@ -319,13 +342,43 @@ def _make_op(name: str, kind: OpKind, tensors_at: int | None, peer_src: str | in
     real_method = getattr(_RealPG, name)
     k = int(kind)
     single = int(_SINGLE.get(kind, kind))
+    inline_ok = not kind.is_p2p  # p2p calls carry no options saying whether they are synchronous
 
-    def op(self: InstrumentedProcessGroup, *args: Any, **kwargs: Any) -> Any:
+    rooted = peer_src == "opts"
+
+    def op(self: InstrumentedProcessGroup, *args: Any, _perf: Callable[[], int] = _perf, **kwargs: Any) -> Any:
         st = self._rw
         if st is None:
             return real_method(self._rw_real, *args, **kwargs)
         if st.inject is not None:
             st.inject.before(st.seq + 1)
+        if inline_ok and st.inline and args and not kwargs and getattr(args[-1], "asyncOp", True) is False:
+            # The common case, a synchronous call from torch.distributed on CPU: torch waits on the
+            # work as soon as we return it, so wait here and time the op inline, without an
+            # in-flight entry or a Work wrapper. ``current`` shows it in flight meanwhile.
+            try:
+                x = args[tensors_at] if tensors_at is not None else None
+                if type(x) is list and len(x) == 1:
+                    x = x[0]
+                if type(x) is _Tensor:
+                    nbytes, code = x.nbytes, _DTYPE_CODE.get(x.dtype, 0)
+                    kind_now = single
+                else:
+                    nbytes, code, _ = _size(x) if x is not None else (0, 0, False)
+                    kind_now = k
+                peer = int(getattr(args[-1], "rootRank", -1)) if rooted else -1
+                seq = st.seq = st.seq + 1
+                st.current_kind = kind_now
+                t0 = st.current = st.last_enter_ns = _perf()
+            except Exception:
+                return real_method(self._rw_real, *args, **kwargs)
+            work = real_method(self._rw_real, *args)
+            if work is not None:
+                work.wait()
+            t1 = _perf()
+            st.current = None
+            st.append((t0, t1, kind_now, code, peer, seq, nbytes, st.gidx))
+            return work
         try:
             if tensors_at is None:
                 tensors = None
@@ -334,13 +387,13 @@ def _make_op(name: str, kind: OpKind, tensors_at: int | None, peer_src: str | in
             else:
                 tensors = next(iter(kwargs.values())) if kwargs else None
             kind_now = single if single != k and isinstance(tensors, list) and len(tensors) == 1 else k
-            op_id, cuda = st.enter(kind_now, tensors, _peer(args, peer_src))
+            entry, cuda = st.enter(kind_now, tensors, _peer(args, peer_src))
         except Exception:
             logger.debug("rankwatch: could not record %s", name, exc_info=True)
             return real_method(self._rw_real, *args, **kwargs)
         work = real_method(self._rw_real, *args, **kwargs)
         try:
-            return st.track(op_id, cuda, work)
+            return st.track(entry, cuda, work)
         except Exception:
             logger.debug("rankwatch: could not track %s", name, exc_info=True)
             return work
@@ -357,7 +410,7 @@ class InstrumentedProcessGroup(_RealPG):
     _rw_real: _RealPG
 
     def __init__(self, real: _RealPG) -> None:
-        _RealPG.__init__(self, real.rank(), real.size())
+        _RealPG.__init__(self, real.rank(), real.size())  # type: ignore[call-arg]  # pybind overload
         self._rw_real = real
         self._rw = None
 
@@ -395,6 +448,7 @@ class InstrumentedProcessGroup(_RealPG):
         st = self._rw
         if st is not None:
             st.coalescing = []
+            st.inline = False
         self._rw_real._start_coalescing(device)
 
     def _end_coalescing(self, device: Any) -> Any:
@@ -402,6 +456,7 @@ class InstrumentedProcessGroup(_RealPG):
         ops = st.coalescing if st is not None else None
         if st is not None:
             st.coalescing = None
+            st.inline = not st.cuda_default
         work = self._rw_real._end_coalescing(device)
         if st is None or not ops:
             return work
@@ -411,7 +466,9 @@ class InstrumentedProcessGroup(_RealPG):
                 return work
             if st.cuda_default:
                 for op in ops:
-                    st.track(op, True, work)
+                    entry = st.inflight.get(op)
+                    if entry is not None:
+                        st.track(entry, True, work)
                 return work
             return TimedWork(work, st, tuple(ops))
         except Exception:
@@ -471,14 +528,15 @@ def wrap(real: _RealPG) -> _RealPG:
 def _swap(old: _RealPG, new: _RealPG) -> None:
     """Put ``new`` wherever torch's registries hold ``old``."""
     world = c10d._world
-    for mapping in (
+    mappings: list[dict[Any, Any]] = [
         world.pg_map,
         world.pg_names,
         world.pg_group_ranks,
         world.pg_backend_config,
         world.pg_to_tag,
         world.pg_coalesce_state,
-    ):
+    ]
+    for mapping in mappings:
         if old in mapping:
             mapping[new] = mapping.pop(old)
     for pgs in world.tags_to_pg.values():

@@ -48,6 +48,8 @@ class Recorder:
         self.end_reason: str | None = None
         self.t0 = time.monotonic()
         self.errors = 0
+        self.abandoned = 0
+        self._drops = 0
         self.rules: list[InjectRule] = []
         if config.inject:
             try:
@@ -98,7 +100,18 @@ class Recorder:
     def retire(self, st: Any) -> None:
         """A group that was destroyed or replaced: its unfinished ops will never complete."""
         st.retired = True
+        self.abandoned += len(st.inflight) + (1 if st.current is not None else 0)
         st.inflight.clear()
+        st.current = None
+
+    def drops(self) -> int:
+        """Records the ring lost to overflow: completed ops that were neither drained nor are waiting."""
+        completed = -self.abandoned
+        for st in list(self.groups):
+            entered = st.seq + sum(st.p2p_seq.values())
+            completed += entered - len(st.inflight) - (1 if st.current is not None else 0)
+        self._drops = max(self._drops, completed - self.ring.drained - len(self.ring))
+        return self._drops
 
     def set_identity(self, rank: int, world: int) -> None:
         """Rank and world from a launcher torch does not know about (torchft replica groups)."""

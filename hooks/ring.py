@@ -1,14 +1,13 @@
 """A bounded ring of op records, written by the threads that see ops complete and drained by the shipper.
 
-Appending is one ``deque.append`` and one ``next()`` on a counter, both atomic under the GIL, so the
-training thread, gloo's completion threads and the CUDA poller may all write without a lock. When
-the ring is full the oldest record is dropped; drops are derived, not counted on the hot path:
-``appended - drained - len(ring)``.
+Appending is one ``deque.append``, atomic under the GIL, so the training thread, gloo's
+completion threads and the CUDA poller may all write without a lock. When the ring is full the
+oldest record is dropped. Drops are not counted on the hot path: the recorder derives them from
+the groups' op counters (``Recorder.drops``).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
 from typing import Any
 
@@ -16,23 +15,15 @@ __all__ = ["OpRing"]
 
 
 class OpRing:
-    """Bounded FIFO of record tuples with an exact count of what overflow dropped."""
+    """Bounded FIFO of record tuples."""
 
-    __slots__ = ("_appended", "_buf", "_drained", "append", "capacity")
+    __slots__ = ("_buf", "append", "capacity", "drained")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._buf: deque[tuple[Any, ...]] = deque(maxlen=capacity)
-        self._appended = itertools.count()
-        self._drained = 0
-        buf_append = self._buf.append
-        counter = self._appended
-
-        def append(record: tuple[Any, ...]) -> None:
-            next(counter)
-            buf_append(record)
-
-        self.append = append
+        self.append = self._buf.append
+        self.drained = 0
 
     def __len__(self) -> int:
         return len(self._buf)
@@ -46,15 +37,5 @@ class OpRing:
                 out.append(pop())
         except IndexError:
             pass
-        self._drained += len(out)
+        self.drained += len(out)
         return out
-
-    @property
-    def appended(self) -> int:
-        # itertools.count exposes its next value only through repr; reading it does not advance it.
-        return int(repr(self._appended)[6:-1])
-
-    @property
-    def drops(self) -> int:
-        """Records lost to overflow so far."""
-        return max(0, self.appended - self._drained - len(self._buf))

@@ -193,7 +193,7 @@ class Shipper:
         now = _perf()
         self._sweep(now)
         rows = rec.ring.drain(MAX_RECORDS_PER_BATCH)
-        records = Records.from_rows(rows)
+        records = _records(rows)
         self._learn_durations(records)
         referenced = {int(g) for g in set(records.group.tolist())} if len(records) else set()
         groups, position, stuck = self._groups(now, world, referenced)
@@ -216,7 +216,7 @@ class Shipper:
             "wall_ns": time.time_ns(),
             "flush_s": rec.config.flush_s,
             "state": rec.state if final or rec.state != "running" else "running",
-            "drops": rec.ring.drops,
+            "drops": rec.drops(),
             "pid": rec.meta.get("pid"),
             "meta": rec.meta,
             "groups": groups,
@@ -277,6 +277,9 @@ class Shipper:
                 except Exception:
                     pass
             inflight = list(st.inflight.values())
+            cur = st.current
+            if cur is not None:  # the synchronous op timed inline
+                inflight.append([cur, None, st.current_kind, 0, -1, st.seq, 0])
             coll = [i for i in inflight if i[2] not in (13, 14)]
             completed = st.seq
             if coll:
@@ -413,6 +416,31 @@ class Shipper:
         rec.final_batch(timeout=2.0)
         logging.shutdown()
         os._exit(code)
+
+
+def _records(rows: list[Any]) -> Records:
+    """Columns from ring records ``(t_enter, t_end, kind, dtype, peer, seq, nbytes, gidx[, t_start])``."""
+    if not rows:
+        return Records.empty()
+    import numpy as np
+
+    if any(len(r) == 9 for r in rows):
+        a = np.array([r if len(r) == 9 else (*r, r[0]) for r in rows], dtype=np.int64)
+        t_start = np.ascontiguousarray(a[:, 8])
+    else:
+        a = np.array(rows, dtype=np.int64)
+        t_start = np.ascontiguousarray(a[:, 0])
+    return Records(
+        group=a[:, 7].astype(np.uint16),
+        kind=a[:, 2].astype(np.uint8),
+        dtype=a[:, 3].astype(np.uint8),
+        peer=a[:, 4].astype(np.int32),
+        seq=np.ascontiguousarray(a[:, 5]),
+        nbytes=np.ascontiguousarray(a[:, 6]),
+        t_enter=np.ascontiguousarray(a[:, 0]),
+        t_start=t_start,
+        t_end=np.ascontiguousarray(a[:, 1]),
+    )
 
 
 def _dump_flight_recorder() -> str | None:

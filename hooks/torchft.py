@@ -92,7 +92,7 @@ def _after_configure(wrapper: Any, old: Any, replica_id: str, rank: int, world_s
     group_world = getattr(wrapper, "_group_world_size", None)
     members = getattr(wrapper, "_global_ranks", None)
     name = f"torchft:q{quorum if quorum is not None else 0}:g{group_rank if group_rank is not None else 0}"
-    RealPG._set_group_name(pg, name)
+    RealPG._set_group_name(pg, name)  # type: ignore[arg-type]
     RealPG._set_group_desc(pg, "torchft")
     new = wrap(pg)
     if type(new) is not InstrumentedProcessGroup or new._rw is None:

@@ -134,3 +134,46 @@ def torchrun(
         cmd, cwd=tmp, env=env or clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout
     )
     return Run(proc.returncode, proc.stdout.decode(errors="replace"), outdir)
+
+
+def make_header(
+    job: str = "job-a",
+    rank: int = 0,
+    world: int = 2,
+    batch: int = 0,
+    incarnation: str = "0-100-aaaa",
+    entered: int = 3,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A batch header as a real rank would send it (one world group)."""
+    header: dict[str, Any] = {
+        "job": job,
+        "rank": rank,
+        "world": world,
+        "node": f"node{rank // 8}",
+        "incarnation": incarnation,
+        "restart": 0,
+        "batch": batch,
+        "mono_ns": 10_000_000_000,
+        "state": "running",
+        "drops": 0,
+        "pid": 1000 + rank,
+        "flush_s": 1.0,
+        "groups": [
+            {"id": "0", "desc": "default_pg", "ranks": [[0, world, 1]], "entered": entered, "completed": entered}
+        ],
+    }
+    header.update(extra)
+    return header
+
+
+def make_body(header: dict[str, Any] | None = None, n: int = 3, first_seq: int = 1) -> bytes:
+    """An encoded batch with ``n`` all_reduce records on group 0."""
+    from rankwatch.wire import OpKind, Records, encode_batch
+
+    header = header or make_header(entered=first_seq + n - 1)
+    rows = [
+        (0, int(OpKind.ALL_REDUCE), 1, -1, first_seq + i, 64, 1_000_000 * i, 1_000_000 * i, 1_000_000 * i + 50_000)
+        for i in range(n)
+    ]
+    return encode_batch(header, Records.from_rows(rows))

@@ -40,6 +40,7 @@ def upgrade() -> None:
         sa.Column("ops", sa.BigInteger, nullable=False),
         sa.Column("drops", sa.BigInteger, nullable=False),
         sa.Column("batches", sa.BigInteger, nullable=False),
+        sa.Column("last_batch", sa.BigInteger, nullable=False),
         sa.Column("end_reason", sa.Text, nullable=True),
         sa.Column("meta", sa.JSON, nullable=True),
     )

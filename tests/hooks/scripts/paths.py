@@ -48,7 +48,7 @@ def direct(rank: int, ws: int) -> None:
     w.wait()
 
 
-def ddp(rank: int, ws: int) -> None:
+def ddp(rank: int, ws: int) -> float:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     m = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.001)
@@ -59,9 +59,10 @@ def ddp(rank: int, ws: int) -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
+    return float(sum(p.detach().double().sum() for p in model.parameters()))
 
 
-def fsdp(rank: int, ws: int) -> None:
+def fsdp(rank: int, ws: int) -> float:
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
@@ -76,6 +77,7 @@ def fsdp(rank: int, ws: int) -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
+    return float(loss.detach())
 
 
 def funcol(rank: int, ws: int) -> None:
@@ -109,15 +111,14 @@ def main() -> None:
     path, out = sys.argv[1], sys.argv[2]
     dist.init_process_group("gloo")
     rank, ws = dist.get_rank(), dist.get_world_size()
-    if path == "mixed":
-        for fn in PATHS.values():
-            fn(rank, ws)
-    else:
-        PATHS[path](rank, ws)
+    values = {}
+    for name, fn in PATHS.items():
+        if path in (name, "mixed"):
+            values[name] = fn(rank, ws)
     result = torch.ones(2) * (rank + 1)
     dist.all_reduce(result)
     with open(os.path.join(out, f"result_rank{rank}.json"), "w") as f:
-        json.dump({"rank": rank, "result": result.tolist()}, f)
+        json.dump({"rank": rank, "result": result.tolist(), "values": values}, f)
     fr = torch._C._distributed_c10d._dump_fr_trace_json(True, False)  # the last op is above
     with open(os.path.join(out, f"fr_rank{rank}.json"), "wb") as f:
         f.write(fr)

@@ -1,0 +1,30 @@
+"""A steady training-like loop for the tests: a short compute pause and an all-reduce per step.
+
+usage: torchrun ... loop.py STEPS STEP_SECONDS OUTDIR
+"""
+
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    steps, step_s, out = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    t = torch.ones(16)
+    for _ in range(steps):
+        time.sleep(step_s)  # the "compute" of a step
+        dist.all_reduce(t)
+        t /= dist.get_world_size()
+    with open(os.path.join(out, f"done_rank{rank}.json"), "w") as f:
+        json.dump({"rank": rank, "value": t.tolist()[0]}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
