@@ -1,0 +1,31 @@
+"""An NCCL job for GPU machines: all_reduce and DDP on CUDA tensors. usage: nccl_job.py STEPS OUTDIR"""
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    steps, out = int(sys.argv[1]), sys.argv[2]
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl")
+    rank = dist.get_rank()
+    model = torch.nn.Linear(1024, 1024).cuda()
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local])
+    x = torch.randn(256, 1024, device="cuda")
+    for _ in range(steps):
+        ddp(x).sum().backward()
+        t = torch.ones(1 << 20, device="cuda")
+        dist.all_reduce(t)
+    torch.cuda.synchronize()
+    with open(os.path.join(out, f"done_rank{rank}.json"), "w") as f:
+        json.dump({"rank": rank, "value": float(t[0])}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
