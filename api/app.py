@@ -210,6 +210,35 @@ def _install_routes(app: FastAPI, settings: Settings) -> None:
         with job.lock:
             return job.command_status()
 
+    @app.get("/suspects", tags=["suspects"])
+    def read_suspects(
+        _: ReadDep,
+        collector: CollectorDep,
+        job_id: str | None = None,
+        status: Literal["active", "resolved", "isolated"] | None = None,
+        kind: Literal["noncomm_slow", "comm_slow", "noncomm_hang", "comm_hang", "rank_dead"] | None = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
+    ) -> list[dict[str, Any]]:
+        """Suspects, newest first: who is slowing or hanging a job, since when, how much, and why."""
+        return collector.suspects.list(job_id=job_id, status=status, kind=kind, limit=limit)
+
+    @app.get("/suspects/{suspect_id}", tags=["suspects"])
+    def read_suspect(suspect_id: int, _: ReadDep, collector: CollectorDep) -> dict[str, Any]:
+        """One suspect with its evidence and history."""
+        s = collector.suspects.get(suspect_id)
+        if s is None:
+            raise HTTPException(404, f"no suspect {suspect_id}")
+        return s
+
+    @app.get("/suspects/{suspect_id}/flight-recorder", tags=["suspects"])
+    def read_suspect_flight_recorder(suspect_id: int, _: ReadDep, collector: CollectorDep) -> dict[str, Any]:
+        """For a hang: the Flight Recorder dumps of the stuck group's ranks, aligned by group and
+        sequence number (the first sequence number some members never reached, and who)."""
+        fr = collector.suspects.flight_recorder(suspect_id)
+        if fr is None:
+            raise HTTPException(404, f"no suspect {suspect_id}")
+        return fr
+
     @app.get("/jobs/{job_id}/stacks", tags=["jobs"])
     def read_stacks(job_id: str, _: ReadDep, collector: CollectorDep) -> dict[str, str | None]:
         """The last Python stack each rank's training thread sent (ranks send it when an op is

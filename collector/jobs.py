@@ -140,6 +140,8 @@ class JobState:
         self.detector: Any = None
         self.recent = RecentOps()
         self.flight_recorder: dict[int, dict[str, Any]] = {}
+        self.fr_requests: dict[str, dict[int, str]] = {}  # suspect key -> rank -> command id
+        self.fr_attached: dict[str, int] = {}
 
     # -- batches ----------------------------------------------------------------------------------
     def is_duplicate(self, rank: int, incarnation: str, batch_no: int) -> bool:

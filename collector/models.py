@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "GroupRow", "JobRow", "RankRow"]
+__all__ = ["Base", "EventRow", "GroupRow", "JobRow", "RankRow", "SuspectHistoryRow", "SuspectRow"]
 
 
 class Base(DeclarativeBase):
@@ -62,3 +62,60 @@ class GroupRow(Base):
     last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     ops: Mapped[int] = mapped_column(BigInteger, default=0)
     op_counts: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class SuspectRow(Base):
+    """A rank, node or link the detector blames; one row per fault, from opening to resolution."""
+
+    __tablename__ = "suspects"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    key: Mapped[str] = mapped_column(String(512))
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    level: Mapped[str] = mapped_column(String(16))
+    ranks: Mapped[list[Any]] = mapped_column(JSON)
+    nodes: Mapped[list[Any]] = mapped_column(JSON)
+    link: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    first_seen: Mapped[float] = mapped_column(Float)
+    detected_at: Mapped[float] = mapped_column(Float, index=True)
+    updated_at: Mapped[float] = mapped_column(Float)
+    resolved_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    score: Mapped[float] = mapped_column(Float)
+    slowdown: Mapped[float | None] = mapped_column(Float, nullable=True)
+    peak_slowdown: Mapped[float | None] = mapped_column(Float, nullable=True)
+    evidence: Mapped[dict[str, Any]] = mapped_column(JSON)
+    flight_recorder: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class SuspectHistoryRow(Base):
+    """What happened to a suspect, and when: opened, updated, resolved, isolated."""
+
+    __tablename__ = "suspect_history"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    suspect_id: Mapped[int] = mapped_column(ForeignKey("suspects.id", ondelete="CASCADE"), index=True)
+    at: Mapped[float] = mapped_column(Float)
+    event: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16))
+    score: Mapped[float] = mapped_column(Float)
+    slowdown: Mapped[float | None] = mapped_column(Float, nullable=True)
+    note: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class EventRow(Base):
+    """The outbox: every event that may page someone, written in the transaction that caused it.
+
+    Webhook delivery reads from here; nothing is lost if the service dies right after a commit.
+    """
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Float, index=True)
+    type: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str] = mapped_column(String(256), index=True)
+    suspect_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)

@@ -17,9 +17,11 @@ from typing import Any
 from sqlalchemy import select
 
 from rankwatch.collector.db import Database
+from rankwatch.collector.flight import align_dumps
 from rankwatch.collector.jobs import GroupInfo, JobState, RankInfo, iso
 from rankwatch.collector.models import GroupRow, JobRow, RankRow
 from rankwatch.collector.settings import Settings
+from rankwatch.collector.suspects import SuspectStore
 from rankwatch.errors import WireError
 from rankwatch.wire import Batch, decode_batch
 
@@ -55,7 +57,8 @@ class Collector:
         self.detector_factory = detector_factory
         self.stats = {"batches": 0, "records": 0, "duplicates": 0, "rejected": 0}
         self._last_persist = 0.0
-        self.analyzers: list[Callable[[JobState, float], None]] = []
+        self.suspects = SuspectStore(db)
+        self.analyzers: list[Callable[[JobState, float], None]] = [self.analyze_job]
 
     # -- ingest -----------------------------------------------------------------------------------
     def ingest(self, body: bytes, *, bound_job: str | None = None) -> IngestResult:
@@ -201,9 +204,9 @@ class Collector:
         logger.info("loaded %d jobs from the database at %.0f", len(self.jobs), now)
         return len(self.jobs)
 
-    def persist(self) -> int:
-        """Write every job that changed since the last call; returns how many."""
-        dirty = [j for j in list(self.jobs.values()) if j.dirty]
+    def persist(self, jobs: list[JobState] | None = None) -> int:
+        """Write every job (of ``jobs``, default all) that changed since the last write."""
+        dirty = [j for j in (list(self.jobs.values()) if jobs is None else jobs) if j.dirty]
         if not dirty:
             return 0
         with self.db.sessions.begin() as s:
@@ -254,6 +257,48 @@ class Collector:
                             )
                         )
         return len(dirty)
+
+    # -- analysis ---------------------------------------------------------------------------------
+    def analyze_job(self, job: JobState, now: float) -> None:
+        """Run the job's detector and reconcile its findings with the suspects in the database."""
+        det = job.detector
+        if det is None:
+            return  # no batch since the service started: the suspects it had stay as they are
+        with job.lock:
+            findings = list(det.evaluate(now))
+            ready = bool(det.ready(now))
+        self.persist([job])  # the job row first: suspects refer to it
+        self.suspects.reconcile(job.job_id, findings, ready, now)
+        self._flight_recorder_for_hangs(job, findings, now)
+
+    def _flight_recorder_for_hangs(self, job: JobState, findings: list[Any], now: float) -> None:
+        """Ask the ranks of a stuck group for their Flight Recorder once; attach the aligned dumps."""
+        keys = None
+        for f in findings:
+            ranks = list(getattr(f, "flight_recorder_ranks", None) or [])
+            if not ranks:
+                continue
+            with job.lock:
+                request = job.fr_requests.get(f.key)
+                if request is None:
+                    ranks = [r for r in ranks if r in job.ranks]
+                    cmds = [job.queue_command(r, "dump_flight_recorder", now) for r in ranks]
+                    job.fr_requests[f.key] = request = {c.rank: c.id for c in cmds}
+                got = {
+                    r: job.flight_recorder[r]["trace"]
+                    for r, cid in request.items()
+                    if r in job.flight_recorder and job.flight_recorder[r].get("command") == cid
+                }
+                members = {g.gid: g.members or sorted(g.reporters) for g in job.groups.values()}
+            if not got:
+                continue
+            if keys is None:
+                keys = self.suspects.open_keys(job.job_id)
+            sid = keys.get(f.key)
+            if sid is not None and len(got) > job.fr_attached.get(f.key, 0):
+                aligned = align_dumps({r: got.get(r) for r in request}, members)
+                self.suspects.attach_flight_recorder(sid, aligned)
+                job.fr_attached[f.key] = len(got)
 
     # -- background loop --------------------------------------------------------------------------
     def start(self) -> None:

@@ -251,10 +251,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _suspects(collector: Any, job_id: str) -> list[dict[str, Any]]:
-    fn = getattr(collector, "suspects", None)
-    if fn is None:
-        return []
-    return list(fn(job_id=job_id))
+    return list(reversed(collector.suspects.list(job_id=job_id)))
 
 
 def _demo_status(collector: Any, job_id: str, elapsed: float, shown: set[str]) -> None:
