@@ -80,14 +80,16 @@ class Service:
                 self.proc.wait()
 
 
-def start_service(tmp: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None) -> Service:
+def start_service(
+    tmp: Path, *args: str, env: dict[str, str] | None = None, port: int | None = None, url_host: str = "127.0.0.1"
+) -> Service:
     port = port or free_port()
     data_dir = tmp / "data"
     log = tmp / f"service-{port}.log"
     cmd = [str(BIN / "rankwatch"), "serve", "--port", str(port), "--data-dir", str(data_dir), *args]
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, cwd=tmp, env=env or clean_env(), stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{url_host}:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
