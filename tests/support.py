@@ -132,10 +132,13 @@ def torchrun(
         str(script),
         *script_args,
     ]
-    proc = subprocess.run(
-        cmd, cwd=tmp, env=env or clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout
-    )
-    return Run(proc.returncode, proc.stdout.decode(errors="replace"), outdir)
+    proc = subprocess.Popen(cmd, cwd=tmp, env=env or clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc)
+        raise
+    return Run(proc.returncode, out.decode(errors="replace"), outdir)
 
 
 def make_header(
@@ -179,3 +182,35 @@ def make_body(header: dict[str, Any] | None = None, n: int = 3, first_seq: int =
         for i in range(n)
     ]
     return encode_batch(header, Records.from_rows(rows))
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (torchrun's workers may sit in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a launcher and everything it started, then reap it."""
+    if proc.poll() is None:
+        for pid in [*descendants(proc.pid), proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    proc.wait(timeout=30)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import SCRIPTS, Service, clean_env, free_port
+from support import SCRIPTS, Service, clean_env, free_port, kill_tree
 
 pytestmark = pytest.mark.torchrun
 
@@ -57,10 +57,7 @@ class TwoNodes:
 
     def stop(self) -> None:
         for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-        for p in self.procs:
-            p.wait(timeout=30)
+            kill_tree(p)
         for log in self.logs:
             log.close()
 

@@ -9,8 +9,6 @@ refuses a non-loopback address without them). Needs root for ``ip netns`` and ``
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +18,7 @@ from typing import Any
 
 import pytest
 from netns import BRIDGE_IP, Hosts, can_make_hosts
-from support import SCRIPTS, Service, clean_env, free_port, start_service
+from support import SCRIPTS, Service, clean_env, free_port, kill_tree, start_service
 
 pytestmark = [
     pytest.mark.torchrun,
@@ -85,10 +83,7 @@ def _launch(
 
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-    for p in procs:
-        p.wait(timeout=30)
+        kill_tree(p)
 
 
 def _wait(svc: Service, job: str, kind: str, timeout: float = 90) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support import SCRIPTS, Service, clean_env
+from support import SCRIPTS, Service, clean_env, kill_tree
 
 pytestmark = pytest.mark.torchrun
 
@@ -41,9 +41,7 @@ def _launch(tmp: Path, env: dict[str, str], steps: int, step_s: float, nproc: in
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    kill_tree(proc)
 
 
 def _rank(job: dict[str, Any], r: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import BIN, Service, clean_env, free_port
+from support import BIN, Service, clean_env, free_port, kill_tree
 
 pytest.importorskip("torchft")  # installed by the test command; only absent in a bare dev venv
 pytestmark = pytest.mark.torchrun
@@ -70,8 +70,7 @@ def test_torchft_manager_allreduce_between_replica_groups(service: Service, tmp_
             assert rc == 0, (tmp_path / f"replica{procs.index((p, log))}.log").read_text()[-4000:]
     finally:
         for p, _ in procs:
-            if p.poll() is None:
-                p.kill()
+            kill_tree(p)
         lighthouse.kill()
         lighthouse.wait()
 
