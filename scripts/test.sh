@@ -10,6 +10,7 @@ start=$(date +%s)
 need=()
 command -v ip >/dev/null || need+=(iproute2)
 command -v tc >/dev/null || need+=(iproute2)
+command -v slurmctld >/dev/null || need+=(slurmctld slurmd slurm-client munge)   # a real Slurm (scripts/slurm.sh)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
