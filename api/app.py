@@ -108,6 +108,14 @@ class CommandCreate(BaseModel):
     ranks: list[int] | None = Field(None, description="which ranks (default: every rank of the job)")
     code: int = Field(1, ge=0, le=255, description="exit code, for type=exit")
     reason: str = Field("", max_length=500, description="why, shown in the ranks' logs")
+    at_seq: int | None = Field(
+        None,
+        ge=1,
+        description="for type=exit: exit on the training thread just before op at_seq of `group`, the same point "
+        "on every rank, after running the script's on_restart callbacks (e.g. a collective checkpoint)",
+    )
+    group: str | None = Field(None, description="the group at_seq counts in (default: the world group, '0')")
+    timeout_s: float = Field(60.0, gt=0, le=3600, description="with at_seq: exit anyway after this long")
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -196,6 +204,8 @@ def _install_routes(app: FastAPI, settings: Settings) -> None:
         args: dict[str, Any] = {"reason": body.reason} if body.reason else {}
         if body.type == "exit":
             args["code"] = body.code
+            if body.at_seq is not None:
+                args.update(at_seq=body.at_seq, group=body.group or "0", timeout_s=body.timeout_s)
         queued = collector.queue_commands(job_id, body.type, body.ranks, **args)
         if queued is None:
             raise HTTPException(404, f"no live job {job_id!r}")

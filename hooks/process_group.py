@@ -137,6 +137,8 @@ class GroupState:
         # sequence number is ``seq``
         self.current: int | None = None
         self.current_kind = 0
+        # ``inject`` is the group's 'before' hook: fault injection, or an exit planned at a sequence
+        # number (see shipper.ExitPlan); both are called on the training thread before an op
         # synchronous ops may be timed inline: a CPU group, not inside a coalescing block
         self.inline = not cuda_default
 

@@ -114,6 +114,7 @@ class Shipper:
         self._ignored_commands: list[str] = []
         self.ignored_total = 0
         self._seen_commands: set[str] = set()
+        self._exit_lock = threading.Lock()
         self._job_tries = 0
 
     def start(self) -> None:
@@ -400,22 +401,59 @@ class Shipper:
                 logger.warning("rankwatch: ignoring the collector's exit command (set RANKWATCH_CONTROL=1 to allow it)")
                 return
             code = int(cmd.get("code", 1))
+            reason = str(cmd.get("reason", ""))
             self._done_commands.append(cid)
-            threading.Thread(target=self._exit, args=(code, str(cmd.get("reason", ""))), daemon=True).start()
+            at_seq, group = cmd.get("at_seq"), cmd.get("group")
+            if isinstance(at_seq, int) and isinstance(group, str) and self._plan_exit(group, at_seq, code, reason, cmd):
+                return
+            threading.Thread(target=self._exit, args=(code, reason, True), daemon=True).start()
         else:
             self._ignored_commands.append(cid)
 
-    def _exit(self, code: int, reason: str) -> None:
+    def _plan_exit(self, group: str, at_seq: int, code: int, reason: str, cmd: dict[str, Any]) -> bool:
+        """Exit on the training thread right before op ``at_seq`` of ``group``, the same point on
+        every rank, so that on_restart callbacks may checkpoint collectively. A rank that does not
+        get there within ``timeout_s`` (stuck) exits from this thread instead, without callbacks."""
+        for st in self.rec.groups:
+            if st.key == group and not st.retired and st.seq < at_seq:
+                st.inject = ExitPlan(self, at_seq, code, reason, st.inject)
+                limit = float(cmd.get("timeout_s", 60.0))
+                timer = threading.Timer(limit, self._exit, args=(code, reason + " (deadline)", False))
+                timer.daemon = True
+                timer.start()
+                return True
+        return False
+
+    def _exit(self, code: int, reason: str, callbacks: bool) -> None:
         import os
 
         rec = self.rec
-        rec.run_restart_callbacks()
-        rec.state = "terminating"
-        rec.end_reason = f"exit {code} by collector command" + (f": {reason}" if reason else "")
-        self._pending = None
-        rec.final_batch(timeout=2.0)
-        logging.shutdown()
-        os._exit(code)
+        with self._exit_lock:
+            if callbacks:
+                rec.run_restart_callbacks()
+            rec.state = "terminating"
+            rec.end_reason = f"exit {code} by collector command" + (f": {reason}" if reason else "")
+            self._pending = None
+            rec.final_batch(timeout=2.0)
+            logging.shutdown()
+            os._exit(code)
+
+
+class ExitPlan:
+    """The 'before' hook of a group that exits the process when a given op is about to be entered."""
+
+    __slots__ = ("at_seq", "code", "fired", "reason", "shipper", "then")
+
+    def __init__(self, shipper: Shipper, at_seq: int, code: int, reason: str, then: Any) -> None:
+        self.shipper, self.at_seq, self.code, self.reason, self.then = shipper, at_seq, code, reason, then
+        self.fired = False
+
+    def before(self, next_seq: int) -> None:
+        if self.then is not None:
+            self.then.before(next_seq)
+        if next_seq >= self.at_seq and not self.fired:
+            self.fired = True  # the callbacks' own collectives come through here again: let them pass
+            self.shipper._exit(self.code, self.reason, True)
 
 
 def _records(rows: list[Any]) -> Records:

@@ -180,3 +180,34 @@ def test_dump_flight_recorder_command(service: Service, tmp_path: Path) -> None:
             assert "gloo:all_reduce" in names
     finally:
         _stop(proc)
+
+
+def test_exit_at_a_sequence_number_checkpoints_on_every_rank(service: Service, tmp_path: Path) -> None:
+    job = "ckpt"
+    env = clean_env(RANKWATCH=service.url, RANKWATCH_JOB=job, RANKWATCH_FLUSH_S="0.25", RANKWATCH_CONTROL="1")
+    (tmp_path / "out").mkdir()
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        str(SCRIPTS / "ckpt_loop.py"),
+        "1000",
+        "0.02",
+        "out",
+    ]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        info = service.wait_job(job, lambda j: len(j["ranks"]) == 2 and _rank(j, 0)["ops"] >= 10, timeout=60)
+        at = max(g["last_seq"] for g in info["groups"] if g["id"] == "0") + 30
+        r = httpx.post(f"{service.url}/jobs/{job}/commands", json={"type": "exit", "code": 5, "at_seq": at})
+        assert r.status_code == 202, r.text
+        rc = proc.wait(timeout=60)
+        assert rc != 0
+        import json
+
+        ckpts = [json.loads((tmp_path / "out" / f"ckpt_rank{r}.json").read_text()) for r in (0, 1)]
+        assert ckpts[0] == ckpts[1] == {"step": at - 1}  # both saved right before op `at`
+    finally:
+        kill_tree(proc)
