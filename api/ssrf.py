@@ -93,10 +93,14 @@ class Target:
 
 def blocked_reason(ip: IPAddress) -> str | None:
     """Why ``ip`` may not be reached (``"loopback"``, ``"private"``, ...), or None for a public address."""
-    for c in (ip, *_embedded_v4(ip)):
-        reason = _reason(c)
+    embedded = _embedded_v4(ip)
+    if not embedded:
+        return _reason(ip)
+    # the prefixes that embed IPv4 (::ffff:0:0/96, 64:ff9b::/96, ...) say nothing; what they carry does
+    for v4 in embedded:
+        reason = _reason(v4)
         if reason is not None:
-            return reason if c is ip else f"{reason}, embedded in {ip}"
+            return f"{reason}, embedded in {ip}"
     return None
 
 
