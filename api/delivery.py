@@ -56,6 +56,7 @@ FAN_OUT_BATCH = 500
 GAP_WAIT_S = 30.0  # an id missing this long below newer events was a rolled-back transaction
 LEASE_MARGIN_S = 30.0
 RETRY_AFTER_MAX_S = 86_400.0
+THROTTLED_MIN_S = 60.0  # after a 429 that does not say how long to wait
 ERROR_BODY_BYTES = 300
 # answers that will not change by asking again (PagerDuty: "400: do not retry"; Slack: invalid_payload, ...)
 PERMANENT = {"pagerduty": {400, 401, 403, 404, 413, 422}, "slack": {400, 401, 403, 404}}
@@ -158,13 +159,16 @@ class WebhookDispatcher:
         self._in_flight: dict[int, int] = defaultdict(int)
         self._claimed: set[int] = set()
         self._clients: dict[int, httpx.AsyncClient] = {}
-        self._db_pool = ThreadPoolExecutor(2, thread_name_prefix="rankwatch-webhooks-db")
-        self._dns_pool = ThreadPoolExecutor(16, thread_name_prefix="rankwatch-webhooks-dns")
+        self._db_pool: ThreadPoolExecutor | None = None
+        self._dns_pool: ThreadPoolExecutor | None = None
 
     # -- life -------------------------------------------------------------------------------------
     def start(self, db: Database) -> None:
         """Start delivering from ``db`` in a background thread."""
         self.db = db
+        self._stopping = False
+        self._db_pool = ThreadPoolExecutor(2, thread_name_prefix="rankwatch-webhooks-db")
+        self._dns_pool = ThreadPoolExecutor(16, thread_name_prefix="rankwatch-webhooks-dns")
         ready = threading.Event()
         self._thread = threading.Thread(target=self._thread_main, args=(ready,), name="rankwatch-webhooks", daemon=True)
         self._thread.start()
@@ -176,8 +180,9 @@ class WebhookDispatcher:
         self.wake()
         if self._thread is not None:
             self._thread.join(timeout=15)
-        self._db_pool.shutdown(wait=False, cancel_futures=True)
-        self._dns_pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._db_pool, self._dns_pool):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
     def wake(self) -> None:
         """Look for work now rather than at the next poll (thread-safe)."""
@@ -225,6 +230,7 @@ class WebhookDispatcher:
             await asyncio.gather(*tasks, return_exceptions=True)
             for client in self._clients.values():
                 await client.aclose()
+            self._clients.clear()
             if self._claimed:  # handed back, so the next start retries them at once, not after the lease
                 try:
                     self.release(list(self._claimed))
@@ -554,7 +560,10 @@ class WebhookDispatcher:
             elif outcome.status_code in PERMANENT.get(c.kind, ()) or d.tries >= self.settings.webhook_max_attempts:
                 d.status = "dead"
             else:
-                d.next_attempt_at = now + self.delay(d.tries, outcome.retry_after)
+                delay = self.delay(d.tries, outcome.retry_after)
+                if outcome.status_code == 429 and outcome.retry_after is None:
+                    delay = max(delay, THROTTLED_MIN_S)  # PagerDuty: back off "a few minutes"
+                d.next_attempt_at = now + delay
             status = d.status
         level = logging.INFO if outcome.ok else logging.WARNING
         logger.log(

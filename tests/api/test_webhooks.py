@@ -98,6 +98,11 @@ def test_pagerduty_trigger_then_resolve_with_the_same_dedup_key(harness: Any, re
     assert p["custom_details"]["evidence"] == {"stack": "train.py:42"}
     assert p["custom_details"]["suspect_url"] == f"https://rankwatch.example/suspects/{s['id']}"
     assert trigger["links"][0]["href"] == p["custom_details"]["suspect_url"]
+    # a test message leaves nothing open: a trigger, then its resolve
+    assert h.client.post(f"/webhooks/{sub['id']}/test").status_code == 202
+    test_trigger, test_resolve = (r.json() for r in rx.wait_for(5)[3:])
+    assert (test_trigger["event_action"], test_resolve["event_action"]) == ("trigger", "resolve")
+    assert test_trigger["dedup_key"] == test_resolve["dedup_key"] and test_trigger["payload"]["severity"] == "info"
 
 
 def test_pagerduty_severity_and_summary_follow_the_slowdown() -> None:
