@@ -8,6 +8,7 @@ included routers and mounted apps too — so a route added without protection fa
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import subprocess
@@ -104,7 +105,8 @@ def app_client(tmp_path: Path) -> Iterator[tuple[FastAPI, TestClient]]:
         yield app, c
 
 
-def test_every_route_is_protected_with_the_right_scope(app_client: tuple[FastAPI, TestClient]) -> None:
+def test_every_route_is_protected_with_the_right_scope(app_client: tuple[FastAPI, TestClient], caplog: Any) -> None:
+    caplog.set_level(logging.DEBUG)
     app, client = app_client
     found = endpoints(app.routes)
     # the walker sees the routes this test is about (a walker that saw nothing would pass anything)
@@ -118,6 +120,7 @@ def test_every_route_is_protected_with_the_right_scope(app_client: tuple[FastAPI
     assert ("POST", "/webhooks/{webhook_id}/deliveries/{delivery_id}/retry") in found
     assert len(found) >= 20
     assert problems(client, app) == []
+    assert caplog.records and not any(t in caplog.text for t in TOKENS.values())  # tokens are never logged
 
 
 def test_the_walker_catches_an_unprotected_route_and_mount(tmp_path: Path) -> None:

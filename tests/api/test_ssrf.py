@@ -115,3 +115,16 @@ def test_delivery_connects_to_the_address_it_checked(harness: Any, receiver: Any
     h.open(Finding(key="straggler:3"))
     (req,) = rx.wait_for(1)
     assert req.headers["host"] == f"hooks.example.test:{rx.port}" and req.path == "/hook"
+
+
+def test_the_allow_list_comes_from_the_variable_or_the_flag(monkeypatch: Any) -> None:
+    import argparse
+
+    from rankwatch.cli import _settings_from
+    from rankwatch.collector.settings import Settings
+
+    monkeypatch.setenv("RANKWATCH_WEBHOOK_ALLOW", "10.0.0.0/8, hooks.internal")
+    assert Settings().webhook_allow == ["10.0.0.0/8", "hooks.internal"]
+    allow = AllowList.parse(Settings().webhook_allow)
+    assert allow.allows_host("HOOKS.internal") and allow.allows_address(ipaddress.ip_address("10.9.8.7"))
+    assert _settings_from(argparse.Namespace(webhook_allow="192.168.0.0/16,")).webhook_allow == ["192.168.0.0/16"]
