@@ -1,6 +1,6 @@
 """The ingest path: malformed, oversized, replayed and restarted batches, through the real app.
 
-The app runs in-process (ASGI) on a real SQLite database in the test's tmp dir.
+The app runs in-process (ASGI) on a real database: SQLite in the test's tmp dir, and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ HDR = {"Content-Type": CONTENT_TYPE}
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
-    app = create_app(Settings(data_dir=tmp_path, max_body_mb=1.0))
+def client(tmp_path: Path, db_url: str) -> Iterator[TestClient]:
+    app = create_app(Settings(data_dir=tmp_path, db=db_url, max_body_mb=1.0))
     with TestClient(app) as c:
         yield c
 
@@ -124,8 +124,8 @@ def test_a_restarted_jobs_batches_are_accepted(client: TestClient) -> None:
     assert rank["incarnation"] == "1-200-bbbb" and rank["restart"] == 1 and rank["ops"] == 6
 
 
-def test_jobs_survive_a_service_restart(tmp_path: Path) -> None:
-    settings = Settings(data_dir=tmp_path)
+def test_jobs_survive_a_service_restart(tmp_path: Path, db_url: str) -> None:
+    settings = Settings(data_dir=tmp_path, db=db_url)
     body = make_body()
     with TestClient(create_app(settings)) as c:
         assert _post(c, body).status_code == 200
