@@ -18,6 +18,7 @@ from support import make_body, make_header
 
 from rankwatch.api.app import create_app
 from rankwatch.collector.settings import Settings
+from rankwatch.multibatch import MULTI_CONTENT_TYPE, encode_multi
 from rankwatch.wire import CONTENT_TYPE, MAGIC, WIRE_VERSION
 
 HDR = {"Content-Type": CONTENT_TYPE}
@@ -93,6 +94,32 @@ def test_oversized_and_wrong_type(client: TestClient) -> None:
     assert r.status_code == 413
     r = _post(client, make_body(), headers={"Content-Type": "application/json"})
     assert r.status_code == 415
+
+
+def test_oversized_without_a_length_is_refused(client: TestClient) -> None:
+    def chunks() -> Iterator[bytes]:  # streamed: no Content-Length to refuse it by
+        body = make_body(make_header(meta={"pad": "x" * (2 * 1024 * 1024)}))
+        for i in range(0, len(body), 65536):
+            yield body[i : i + 65536]
+
+    r = client.post("/ingest", content=chunks(), headers=HDR)
+    assert r.status_code == 413 and "larger than the limit" in r.json()["detail"]
+    assert client.get("/jobs").json() == []
+
+
+def test_a_multi_batch_is_answered_per_batch(client: TestClient) -> None:
+    multi = {"Content-Type": MULTI_CONTENT_TYPE}
+    bodies = [make_body(), make_body(make_header(rank=5)), make_body(make_header(rank=1)), make_body()]
+    r = client.post("/ingest", content=encode_multi(bodies), headers=multi)
+    assert r.status_code == 200, r.text
+    got = r.json()["results"]
+    assert [g["status"] for g in got] == [200, 400, 200, 200]
+    assert "rank 5 is not within world size 2" in got[1]["detail"]
+    assert got[0] == {"status": 200, "accepted": 3, "duplicate": False, "commands": []}
+    assert got[3]["duplicate"] is True  # the same batch twice in one request is still taken once
+    assert [r["ops"] for r in client.get("/jobs/job-a").json()["ranks"]] == [3, 3]
+    r = client.post("/ingest", content=b"RWM\x00garbage", headers=multi)
+    assert r.status_code == 400 and "multi-batch" in r.json()["detail"]
 
 
 def test_zip_bomb_is_refused(client: TestClient) -> None:
