@@ -245,7 +245,8 @@ class Collector:
                 taken += 1
             except NotHolder:
                 pass
-        logger.info("took back %d jobs this process analysed before a restart", taken)
+        if taken:
+            logger.info("took back %d jobs this process analysed before a restart", taken)
         return taken
 
     def _read_job(self, s: Session, job_id: str, now: float) -> JobState | None:

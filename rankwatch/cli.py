@@ -144,6 +144,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings_from(args)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per forwarded batch otherwise
     if not is_loopback(settings.host) and not settings.tokens_configured:
         print(
             f"rankwatch: refusing to bind {settings.host}: with no tokens configured every route is open, so the "
@@ -181,6 +182,7 @@ def _agent(args: argparse.Namespace) -> int:
     from rankwatch.errors import ConfigError
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to the collector otherwise
     try:
         upstream = parse_collector_url(args.upstream or os.environ.get(UPSTREAM_ENV) or DEFAULT_URL)
     except ConfigError as exc:
