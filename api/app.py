@@ -18,7 +18,7 @@ from sqlalchemy.exc import OperationalError
 
 from rankwatch import __version__
 from rankwatch.api.auth import Principal, TokenStore
-from rankwatch.api.ingest import IngestFastPath
+from rankwatch.api.ingest import FastIngestAPI
 from rankwatch.collector.db import open_database
 from rankwatch.collector.routing import FORWARDED_HEADER, IngestRouter
 from rankwatch.collector.service import Collector
@@ -79,7 +79,7 @@ def create_app(settings: Settings | None = None, *, collector: Collector | None 
                 app.state.collector.stop()
                 app.state.collector.db.close()
 
-    app = FastAPI(
+    app = FastIngestAPI(
         title="rankwatch",
         version=__version__,
         description="Which rank, node or link is slowing or hanging your distributed training job.",
@@ -92,7 +92,6 @@ def create_app(settings: Settings | None = None, *, collector: Collector | None 
         app.state.collector = collector
     _install_error_handlers(app)
     _install_routes(app, settings)
-    app.add_middleware(IngestFastPath)
     return app
 
 

@@ -17,29 +17,38 @@ import json
 import logging
 from typing import Any
 
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
 from rankwatch.api.auth import TokenStore
 from rankwatch.collector.routing import FORWARDED_HEADER, IngestRouter
 from rankwatch.errors import AuthError
 from rankwatch.multibatch import MULTI_CONTENT_TYPE
 from rankwatch.wire import CONTENT_TYPE
 
-__all__ = ["INGEST_CONTENT_TYPES", "IngestFastPath"]
+__all__ = ["INGEST_CONTENT_TYPES", "FastIngestAPI", "IngestFastPath"]
 
 logger = logging.getLogger(__name__)
 
 INGEST_CONTENT_TYPES = (CONTENT_TYPE, MULTI_CONTENT_TYPE, "application/octet-stream")
 _FORWARDED = FORWARDED_HEADER.lower().encode()
-Scope = dict[str, Any]
-Message = dict[str, Any]
+
+
+class FastIngestAPI(FastAPI):
+    """The service's FastAPI app with ``IngestFastPath`` in front of its whole middleware stack
+    (error, telemetry and body-limit middleware cost a sixth of a batch's CPU on their own)."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return IngestFastPath(super().build_middleware_stack())
 
 
 class IngestFastPath:
     """ASGI middleware: serves ``POST /ingest`` when all goes well, else defers to the app."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/ingest":
             await self.app(scope, receive, send)
             return
@@ -100,7 +109,7 @@ class IngestFastPath:
         await send({"type": "http.response.body", "body": data})
 
 
-def _replay(chunks: list[bytes], more: bool, receive: Any) -> Any:
+def _replay(chunks: list[bytes], more: bool, receive: Receive) -> Receive:
     """A ``receive`` that yields the body already read, then carries on with the real one."""
     pending = list(chunks)
 
@@ -108,6 +117,6 @@ def _replay(chunks: list[bytes], more: bool, receive: Any) -> Any:
         if pending:
             chunk = pending.pop(0)
             return {"type": "http.request", "body": chunk, "more_body": bool(pending) or more}
-        return await receive()  # type: ignore[no-any-return]
+        return await receive()
 
     return replay

@@ -172,6 +172,7 @@ class JobState:
         self.lock = threading.RLock()
         self.commands: dict[str, Command] = {}
         self.dirty = True
+        self.stored = False  # the job's row is in the database
         self.dirty_ranks: set[int] = set()
         self.dirty_groups: set[str] = set()
         self.summaries = GroupSummaries(summary_window_s)
@@ -244,7 +245,7 @@ class JobState:
         gids = tuple(g["id"] for g in groups)
         self.recent.add(rank, gids, r)
         counts = _counts(r, len(groups))
-        self.summaries.add(rank, gids, r, counts, now)
+        self.summaries.add(rank, gids, r, now)
         for i, g in enumerate(groups):
             gi = self.groups.get(g["id"])
             if gi is None:
@@ -268,13 +269,15 @@ class JobState:
 
     # -- persistence ------------------------------------------------------------------------------
     def take_changes(self, now: float, writer: str) -> JobChanges | None:
-        """The rows that changed since the last call, as dicts for the database (call under the
-        lock); ``None`` when nothing did. ``put_back`` undoes it if the write fails."""
-        if not (self.dirty or self.dirty_ranks or self.dirty_groups or any_dirty(self.summaries)):
-            return None
+        """The rows that changed since the last call, as dicts for the database, and the batches
+        queued for the summaries (call under the lock; the persisting thread folds those after);
+        ``None`` when nothing changed. ``put_back`` undoes it if the write fails."""
+        if not (self.dirty or self.dirty_ranks or self.dirty_groups or self.summaries.pending):
+            if not any_dirty(self.summaries):
+                return None
         ranks, groups = self.dirty_ranks, self.dirty_groups
         self.dirty, self.dirty_ranks, self.dirty_groups = False, set(), set()
-        summaries, windows = self.summaries.take_rows(self.job_id, writer, now)
+        chunks = self.summaries.take_pending()
         new_members = {g for g in groups if g in self.groups and self.groups[g].members_dirty}
         for g in new_members:
             self.groups[g].members_dirty = False
@@ -291,11 +294,10 @@ class JobState:
                 self.groups[g].row(self.job_id, members=False) for g in sorted(groups - new_members) if g in self.groups
             ],
             groups_with_members=[self.groups[g].row(self.job_id, members=True) for g in sorted(new_members)],
-            summaries=summaries,
+            chunks=chunks,
             rank_keys=ranks,
             group_keys=groups,
             member_keys=new_members,
-            window_keys=windows,
         )
 
     def put_back(self, changes: JobChanges) -> None:
@@ -423,8 +425,9 @@ class JobChanges:
     ranks: list[dict[str, Any]]
     groups: list[dict[str, Any]]
     groups_with_members: list[dict[str, Any]]
-    summaries: list[dict[str, Any]]
+    chunks: list[Any]
     rank_keys: set[int]
     group_keys: set[str]
     member_keys: set[str]
-    window_keys: list[tuple[str, float]]
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    window_keys: list[tuple[str, float]] = field(default_factory=list)

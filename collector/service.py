@@ -74,6 +74,7 @@ class Collector:
             db, instance=self.instance, url=settings.peer_url, ttl_s=settings.lease_ttl_s, clock=clock
         )
         self._lease_thread: threading.Thread | None = None
+        self._persist_lock = threading.Lock()
 
     # -- ingest -----------------------------------------------------------------------------------
     def ingest(self, body: bytes, *, bound_job: str | None = None) -> IngestResult:
@@ -259,6 +260,7 @@ class Collector:
         job.world = row.world
         job.policy = row.policy
         job.dirty = False
+        job.stored = True
         for rr in s.scalars(select(RankRow).where(RankRow.job_id == row.id)):
             job.ranks[rr.rank] = RankInfo(
                 rank=rr.rank,
@@ -302,12 +304,18 @@ class Collector:
         One transaction for all of them; only the rows that changed, each table in one
         statement. Jobs whose lease this process lost meanwhile are not written, and forgotten.
         """
+        with self._persist_lock:  # one writer at a time, or an older snapshot could land last
+            return self._persist(jobs)
+
+    def _persist(self, jobs: list[JobState] | None) -> int:
         now = self.clock()
         pending: list[tuple[JobState, JobChanges]] = []
         for job in list(self.jobs.values()) if jobs is None else jobs:
             with job.lock:
                 changes = job.take_changes(now, self.instance)
             if changes is not None:
+                job.summaries.fold(changes.chunks)  # outside the job's lock: ingest goes on
+                changes.summaries, changes.window_keys = job.summaries.take_rows(job.job_id, self.instance, now)
                 pending.append((job, changes))
         if not pending:
             return 0
@@ -327,6 +335,8 @@ class Collector:
                 with job.lock:
                     job.put_back(changes)
             raise
+        for job, _ in pending:
+            job.stored = job.stored or job.job_id not in lost
         for job_id in lost:
             self._evict(job_id)
         return len(pending) - len(lost)
@@ -340,7 +350,8 @@ class Collector:
         with job.lock:
             findings = list(det.evaluate(now))
             ready = bool(det.ready(now))
-        self.persist([job])  # the job row first: suspects refer to it
+        if not job.stored:
+            self.persist([job])  # the job row first: suspects refer to it
         self.suspects.reconcile(
             job.job_id, findings, ready, now, guard=lambda s: bool(self.leases.guard(s, [job.job_id]))
         )

@@ -1,9 +1,9 @@
 """Per-group summaries over time: a compact row per process group per time window.
 
 Raw op records stay in memory and are lost with the process; what people chart later (how many
-ops a group ran, how many bytes, how long ranks spent inside its collectives) is folded at
-ingest, with a few numpy calls per batch, into one accumulator per (group, window), and the
-persist loop writes the accumulators that changed. In-collective times go into a log histogram
+ops a group ran, how many bytes, how long ranks spent inside its collectives) is folded into one
+accumulator per (group, window) by the persist loop, from the columns ingest queued since its
+last pass, and the accumulators that changed are written. In-collective times go into a log histogram
 (four buckets per octave from 1 us, so a percentile is within about 19% of the exact one), which
 is stored with the row: a process that takes over a job's lease carries on its open window.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rankwatch.wire import Records
+from rankwatch.wire import KIND_NAMES, Records
 
 __all__ = ["BUCKETS", "GroupSummaries", "bucket_of", "hist_percentile_ms", "summary_public"]
 
@@ -61,75 +61,123 @@ class _Window:
     dirty: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """One batch's records, waiting to be folded: window, sender, and global group indices."""
+
+    start: float
+    rank: int
+    group: np.ndarray
+    records: Records
+
+
+MAX_PENDING = 100_000
+"""Batches held for folding at most (the persist loop folds every ``persist_interval_s``; this
+only bounds memory if it is stuck)."""
+
+
 class GroupSummaries:
-    """The open (and not yet written) summary windows of one job."""
+    """The open (and not yet written) summary windows of one job.
+
+    Ingest only queues each batch's columns (``add``: a dictionary lookup per group and one
+    gather); the persisting thread folds everything queued since its last pass in one set of
+    numpy calls (``fold``), so the per-call cost of numpy is paid per pass, not per batch.
+    """
 
     def __init__(self, window_s: float = 60.0) -> None:
         self.window_s = float(window_s)
         self.windows: dict[tuple[str, float], _Window] = {}
+        self._index: dict[str, int] = {}
+        self._gids: list[str] = []
+        self._pending: list[_Chunk] = []
+        self.dropped = 0
 
     def window_start(self, now: float) -> float:
         return math.floor(now / self.window_s) * self.window_s
 
-    def add(self, rank: int, gids: tuple[str, ...], r: Records, counts: dict[int, dict[str, int]], now: float) -> None:
-        """Fold one batch's records (received at ``now``) into its groups' current windows.
+    def add(self, rank: int, gids: tuple[str, ...], r: Records, now: float) -> None:
+        """Queue one batch's records (received at ``now``: windows follow the server's clock).
 
         Args:
             rank: the sending rank.
             gids: the batch's group ids, indexed by ``r.group``.
             r: the batch's records.
-            counts: op counts per group index and kind name (computed once for the batch).
-            now: receive time, seconds since the epoch: windows follow the server's clock.
+            now: receive time, seconds since the epoch.
         """
-        n = len(r)
-        if not n:
+        if not len(r):
             return
-        start = self.window_start(now)
-        dur = r.t_end - r.t_enter
-        b = bucket_of(dur)
-        g = r.group.astype(np.intp)
-        per_group = np.bincount(g, minlength=len(gids))
+        lut = np.empty(len(gids), dtype=np.int32)
+        for i, gid in enumerate(gids):
+            j = self._index.get(gid)
+            if j is None:
+                j = self._index[gid] = len(self._gids)
+                self._gids.append(gid)
+            lut[i] = j
+        if len(self._pending) >= MAX_PENDING:
+            self._pending.pop(0)
+            self.dropped += 1
+        self._pending.append(_Chunk(self.window_start(now), rank, lut[r.group], r))
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
+
+    def take_pending(self) -> list[_Chunk]:
+        """What ``add`` queued since the last call (call under the job's lock)."""
+        out, self._pending = self._pending, []
+        return out
+
+    def fold(self, chunks: list[_Chunk]) -> None:
+        """Fold queued batches into their windows (by the persisting thread only)."""
+        by_window: dict[float, list[_Chunk]] = {}
+        for c in chunks:
+            by_window.setdefault(c.start, []).append(c)
+        for start, part in by_window.items():
+            self._fold_window(start, part)
+
+    def _fold_window(self, start: float, chunks: list[_Chunk]) -> None:
+        g = np.concatenate([c.group for c in chunks]).astype(np.intp)
+        rank = np.concatenate([np.full(len(c.group), c.rank, dtype=np.int64) for c in chunks])
+        rs = [c.records for c in chunks]
+        dur = np.concatenate([r.t_end - r.t_enter for r in rs])
+        seq = np.concatenate([r.seq for r in rs])
+        kind = np.concatenate([r.kind for r in rs]).astype(np.intp)
+        nbytes = np.concatenate([r.nbytes for r in rs]).astype(np.float64)
+        ngroups = len(self._gids)
+        per_group = np.bincount(g, minlength=ngroups)
         present = np.flatnonzero(per_group)
-        if len(present) == 1:
-            gi = int(present[0])
-            self._fold(
-                self._window(gids[gi], start),
-                rank,
-                n,
-                int(r.nbytes.sum()),
-                int(r.seq.min()),
-                int(r.seq.max()),
-                float(dur.sum()),
-                int(dur.min()),
-                int(dur.max()),
-                np.bincount(b, minlength=BUCKETS),
-                counts.get(gi, {}),
-            )
-            return
         order = np.argsort(g, kind="stable")
         bounds = np.concatenate(([0], np.cumsum(per_group[present])[:-1]))
-        d_sorted, s_sorted = dur[order], r.seq[order]
+        d_sorted, s_sorted = dur[order], seq[order]
         tmin = np.minimum.reduceat(d_sorted, bounds)
         tmax = np.maximum.reduceat(d_sorted, bounds)
         smin = np.minimum.reduceat(s_sorted, bounds)
         smax = np.maximum.reduceat(s_sorted, bounds)
-        nbytes = np.bincount(g, weights=r.nbytes.astype(np.float64), minlength=len(gids))
-        tsum = np.bincount(g, weights=dur.astype(np.float64), minlength=len(gids))
-        hist = np.bincount(g * BUCKETS + b, minlength=len(gids) * BUCKETS).reshape(len(gids), BUCKETS)
+        byte_sum = np.bincount(g, weights=nbytes, minlength=ngroups)
+        tsum = np.bincount(g, weights=dur.astype(np.float64), minlength=ngroups)
+        hist = np.bincount(g[order] * BUCKETS + bucket_of(d_sorted), minlength=ngroups * BUCKETS)
+        hist = hist.reshape(ngroups, BUCKETS)
+        kinds_key, kinds_n = np.unique(g * 256 + kind, return_counts=True)
+        pairs = np.unique(g.astype(np.int64) << 32 | rank)
+        windows = {}
         for j, gi in enumerate(present.tolist()):
-            self._fold(
-                self._window(gids[gi], start),
-                rank,
-                int(per_group[gi]),
-                int(nbytes[gi]),
-                int(smin[j]),
-                int(smax[j]),
-                float(tsum[gi]),
-                int(tmin[j]),
-                int(tmax[j]),
-                hist[gi],
-                counts.get(gi, {}),
-            )
+            w = windows[gi] = self._window(self._gids[gi], start)
+            w.ops += int(per_group[gi])
+            w.nbytes += int(byte_sum[gi])
+            w.seq_first = min(w.seq_first, int(smin[j]))
+            w.seq_last = max(w.seq_last, int(smax[j]))
+            w.tsum_ns += float(tsum[gi])
+            w.tmin_ns = min(w.tmin_ns, int(tmin[j]))
+            w.tmax_ns = max(w.tmax_ns, int(tmax[j]))
+            w.hist += hist[gi]
+            w.dirty = True
+        for key, n in zip(kinds_key.tolist(), kinds_n.tolist(), strict=True):
+            gi, k = divmod(key, 256)
+            name = KIND_NAMES.get(k, str(k))
+            kinds = windows[gi].kinds
+            kinds[name] = kinds.get(name, 0) + n
+        for pair in pairs.tolist():
+            windows[pair >> 32].reporters.add(pair & 0xFFFFFFFF)
 
     def _window(self, gid: str, start: float) -> _Window:
         w = self.windows.get((gid, start))
@@ -137,40 +185,16 @@ class GroupSummaries:
             w = self.windows[(gid, start)] = _Window()
         return w
 
-    @staticmethod
-    def _fold(
-        w: _Window,
-        rank: int,
-        ops: int,
-        nbytes: int,
-        seq_first: int,
-        seq_last: int,
-        tsum_ns: float,
-        tmin_ns: int,
-        tmax_ns: int,
-        hist: np.ndarray,
-        kinds: dict[str, int],
-    ) -> None:
-        w.ops += ops
-        w.nbytes += nbytes
-        w.seq_first = min(w.seq_first, seq_first)
-        w.seq_last = max(w.seq_last, seq_last)
-        w.tsum_ns += tsum_ns
-        w.tmin_ns = min(w.tmin_ns, tmin_ns)
-        w.tmax_ns = max(w.tmax_ns, tmax_ns)
-        w.hist += hist
-        for k, c in kinds.items():
-            w.kinds[k] = w.kinds.get(k, 0) + c
-        w.reporters.add(rank)
-        w.dirty = True
-
     # -- persistence ------------------------------------------------------------------------------
     def take_rows(self, job_id: str, writer: str, now: float) -> tuple[list[dict[str, Any]], list[tuple[str, float]]]:
-        """Rows for the windows that changed since the last call (marked clean), and their keys.
+        """Rows for the windows that changed since the last call (marked clean), and their keys;
+        folds what is still queued first.
 
         Closed windows that were already written are dropped from memory. If writing the rows
         fails, ``mark_dirty(keys)`` puts them back.
         """
+        if self._pending:
+            self.fold(self.take_pending())
         current = self.window_start(now)
         rows: list[dict[str, Any]] = []
         keys: list[tuple[str, float]] = []

@@ -139,14 +139,19 @@ def test_summaries_of_a_batch_with_several_groups() -> None:
         (1, int(OpKind.BROADCAST), 1, 0, 2, 30, 0, 0, 1_000_000),
     ]
     sums = GroupSummaries(60.0)
-    counts = {0: {"all_reduce": 2}, 1: {"all_gather": 1, "broadcast": 1}}
-    sums.add(3, ("dp", "tp"), Records.from_rows(rows), counts, T0)
+    sums.add(3, ("dp", "tp"), Records.from_rows(rows), T0)
+    sums.add(4, ("tp", "dp"), Records.from_rows([(0, int(OpKind.ALL_GATHER), 1, -1, 3, 5, 0, 0, 80_000_000)]), T0)
     got, _ = sums.take_rows("j", "w", T0)
     by = {r["gid"]: r for r in got}
     assert (by["dp"]["ops"], by["dp"]["bytes"], by["dp"]["time_min_ms"], by["dp"]["time_max_ms"]) == (2, 200, 2.0, 4.0)
-    assert (by["tp"]["ops"], by["tp"]["bytes"], by["tp"]["time_min_ms"], by["tp"]["time_max_ms"]) == (2, 40, 1.0, 40.0)
-    assert by["tp"]["kinds"] == {"all_gather": 1, "broadcast": 1} and by["dp"]["seq_last"] == 2
+    assert (by["tp"]["ops"], by["tp"]["bytes"], by["tp"]["time_min_ms"], by["tp"]["time_max_ms"]) == (3, 45, 1.0, 80.0)
+    assert by["tp"]["kinds"] == {"all_gather": 2, "broadcast": 1} and by["dp"]["kinds"] == {"all_reduce": 2}
+    assert (by["dp"]["seq_last"], by["tp"]["seq_last"], by["dp"]["ranks"], by["tp"]["ranks"]) == (2, 3, 1, 2)
     assert sums.take_rows("j", "w", T0)[0] == []  # written: nothing new
+    sums.add(3, ("dp",), Records.from_rows(rows[:1]), T0 + 60)  # the next window
+    (row,) = sums.take_rows("j", "w", T0 + 60)[0]
+    assert (row["gid"], row["window_start"], row["ops"]) == ("dp", T0 + 60, 1)
+    assert [k[1] for k in sums.windows] == [T0 + 60]  # the closed windows, written, are let go
 
 
 def test_histogram_percentiles() -> None:
