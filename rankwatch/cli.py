@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         "rank its own reply.",
     )
     agent.add_argument(
-        "--upstream", help="the collector's URL, http(s)://[TOKEN@]host:port (default: $RANKWATCH_AGENT_UPSTREAM)"
+        "--upstream",
+        help="the collector's URL, http(s)://[TOKEN@]host:port (default: $RANKWATCH_AGENT_UPSTREAM, else http://127.0.0.1:7433)",
     )
     agent.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     agent.add_argument("--port", type=int, default=None, help="port (default 7434)")
