@@ -277,7 +277,7 @@ class JobState:
                 return None
         ranks, groups = self.dirty_ranks, self.dirty_groups
         self.dirty, self.dirty_ranks, self.dirty_groups = False, set(), set()
-        chunks = self.summaries.take_pending()
+        queued = self.summaries.take_pending()
         new_members = {g for g in groups if g in self.groups and self.groups[g].members_dirty}
         for g in new_members:
             self.groups[g].members_dirty = False
@@ -294,7 +294,7 @@ class JobState:
                 self.groups[g].row(self.job_id, members=False) for g in sorted(groups - new_members) if g in self.groups
             ],
             groups_with_members=[self.groups[g].row(self.job_id, members=True) for g in sorted(new_members)],
-            chunks=chunks,
+            queued=queued,
             rank_keys=ranks,
             group_keys=groups,
             member_keys=new_members,
@@ -425,7 +425,7 @@ class JobChanges:
     ranks: list[dict[str, Any]]
     groups: list[dict[str, Any]]
     groups_with_members: list[dict[str, Any]]
-    chunks: list[Any]
+    queued: Any
     rank_keys: set[int]
     group_keys: set[str]
     member_keys: set[str]

@@ -149,7 +149,7 @@ class GroupSummaryRow(Base):
     window_s: Mapped[float] = mapped_column(Float)
     ops: Mapped[int] = mapped_column(BigInteger)
     bytes: Mapped[int] = mapped_column(BigInteger)
-    ranks: Mapped[int] = mapped_column(Integer)
+    ranks: Mapped[int] = mapped_column(Integer)  # ranks whose batches named the group in the window
     seq_first: Mapped[int] = mapped_column(BigInteger)
     seq_last: Mapped[int] = mapped_column(BigInteger)
     time_sum_s: Mapped[float] = mapped_column(Float)

@@ -314,7 +314,7 @@ class Collector:
             with job.lock:
                 changes = job.take_changes(now, self.instance)
             if changes is not None:
-                job.summaries.fold(changes.chunks)  # outside the job's lock: ingest goes on
+                job.summaries.fold(changes.queued)  # outside the job's lock: ingest goes on
                 changes.summaries, changes.window_keys = job.summaries.take_rows(job.job_id, self.instance, now)
                 pending.append((job, changes))
         if not pending:

@@ -146,7 +146,8 @@ def test_summaries_of_a_batch_with_several_groups() -> None:
     assert (by["dp"]["ops"], by["dp"]["bytes"], by["dp"]["time_min_ms"], by["dp"]["time_max_ms"]) == (2, 200, 2.0, 4.0)
     assert (by["tp"]["ops"], by["tp"]["bytes"], by["tp"]["time_min_ms"], by["tp"]["time_max_ms"]) == (3, 45, 1.0, 80.0)
     assert by["tp"]["kinds"] == {"all_gather": 2, "broadcast": 1} and by["dp"]["kinds"] == {"all_reduce": 2}
-    assert (by["dp"]["seq_last"], by["tp"]["seq_last"], by["dp"]["ranks"], by["tp"]["ranks"]) == (2, 3, 1, 2)
+    # ranks: those whose batches name the group (rank 4 names dp without an op on it in this batch)
+    assert (by["dp"]["seq_last"], by["tp"]["seq_last"], by["dp"]["ranks"], by["tp"]["ranks"]) == (2, 3, 2, 2)
     assert sums.take_rows("j", "w", T0)[0] == []  # written: nothing new
     sums.add(3, ("dp",), Records.from_rows(rows[:1]), T0 + 60)  # the next window
     (row,) = sums.take_rows("j", "w", T0 + 60)[0]
