@@ -9,8 +9,9 @@ what it says; server CPU is read from /proc. Figures:
   throughput   records per second of server CPU, closed loop (64 connections), each request one
                rank's batch ("direct"), or eight ranks' batches in one multi-batch ("agent", as
                ``rankwatch agent`` sends them)
-  latency      1,000 rank streams, each on its own connection sending one batch a second at its
-               own phase, open loop: p50 / p99 / max time from sending a batch to its reply
+  latency      1,000 rank streams, each on its own kept-alive connection sending one batch a second
+               at its own phase, open loop, after one round and the first write of the new ranks:
+               p50 / p99 / max time from sending a batch to its reply
   growth       the same job at 1k, 2k, 5k, ... ranks: server CPU per record while ingesting, the
                background CPU (persist loop, leases, analysis) in the 5 s after, and memory: RSS
                grown since the idle server, per 1,000 ranks, overall and from the size before
@@ -240,6 +241,7 @@ async def open_loop(
     conns = [Conn(port) for _ in per_stream]
     for i in range(0, len(conns), 100):  # connect (and send round 0) a hundred at a time
         await asyncio.gather(*(c.post(b) for c, b in zip(conns[i : i + 100], warmup[i : i + 100], strict=True)))
+    await asyncio.sleep(3.0)  # the steady state: the first write of the new ranks (a one-off pause) is over
     rng = np.random.default_rng(0)
     latencies: list[float] = []
     start = time.perf_counter() + 1.0
@@ -313,7 +315,7 @@ def latency(db: str | None, cpus: tuple[int | None, int | None], streams: int, s
         per_stream = [[data[r][s] for r in range(1, seconds + 1)] for s in range(streams)]
         c0 = srv.cpu_s()
         lat = np.array(run(open_loop(srv.port, data[0], per_stream))) * 1000
-        cpu, wall = srv.cpu_s() - c0, seconds + 1.0
+        cpu, wall = srv.cpu_s() - c0, seconds + 4.0
         p50, p99, mx = np.percentile(lat, 50), np.percentile(lat, 99), lat.max()
         print(
             f"  {streams:,} streams x 1 batch/s for {seconds} s ({len(lat):,} batches, {100 * streams:,} records/s): "
