@@ -38,11 +38,24 @@ def _bucket_ms(b: int) -> float:
 def hist_percentile_ms(hist: np.ndarray, q: float, lo_ms: float, hi_ms: float) -> float:
     """The ``q`` quantile (0..1) of a bucket histogram, as the bucket's geometric middle, clamped
     to the exact minimum and maximum."""
-    total = int(hist.sum())
-    if total == 0:
-        return 0.0
-    b = int(np.searchsorted(np.cumsum(hist), max(1, math.ceil(q * total))))
-    return min(max(_bucket_ms(b), lo_ms), hi_ms)
+    nz = np.flatnonzero(hist)
+    return _percentiles_ms(nz.tolist(), hist[nz].tolist(), (q,), lo_ms, hi_ms)[0]
+
+
+def _percentiles_ms(buckets: list[int], counts: list[int], qs: tuple[float, ...], lo: float, hi: float) -> list[float]:
+    """Quantiles of a sparse histogram (its non-empty buckets in order, and their counts)."""
+    total = sum(counts)
+    if not total:
+        return [0.0] * len(qs)
+    out = []
+    for q in qs:
+        want, seen = max(1, math.ceil(q * total)), 0
+        for b, c in zip(buckets, counts, strict=True):
+            seen += c
+            if seen >= want:
+                out.append(min(max(_bucket_ms(b), lo), hi))
+                break
+    return out
 
 
 @dataclass(slots=True)
@@ -246,6 +259,8 @@ class GroupSummaries:
     def _row(self, job_id: str, key: tuple[str, float], w: _Window, writer: str, now: float) -> dict[str, Any]:
         lo, hi = w.tmin_ns / 1e6, w.tmax_ns / 1e6
         nz = np.flatnonzero(w.hist)
+        buckets, counts = nz.tolist(), w.hist[nz].tolist()
+        p50, p99 = _percentiles_ms(buckets, counts, (0.50, 0.99), lo, hi)
         return {
             "job_id": job_id,
             "gid": key[0],
@@ -258,11 +273,11 @@ class GroupSummaries:
             "seq_last": w.seq_last,
             "time_sum_s": w.tsum_ns / 1e9,
             "time_min_ms": lo,
-            "time_p50_ms": hist_percentile_ms(w.hist, 0.50, lo, hi),
-            "time_p99_ms": hist_percentile_ms(w.hist, 0.99, lo, hi),
+            "time_p50_ms": p50,
+            "time_p99_ms": p99,
             "time_max_ms": hi,
             "kinds": dict(sorted(w.kinds.items())),
-            "hist": [[int(i), int(w.hist[i])] for i in nz.tolist()],
+            "hist": [[b, c] for b, c in zip(buckets, counts, strict=True)],
             "writer": writer,
             "updated_at": now,
         }

@@ -159,6 +159,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     app = create_app(settings)
     sys.setswitchinterval(0.001)  # the event loop gets the GIL back within 1 ms of a background pass
+    import gc
+
+    gc.freeze()  # the modules' objects never die: full collections need not walk them again and again
     scheme = "https" if settings.certfile else "http"
     print(f"rankwatch {__version__} serving on {scheme}://{settings.host}:{settings.port} ({_db_label(settings)})")
     uvicorn.run(
