@@ -197,6 +197,14 @@ class Conn:
         self.writer: asyncio.StreamWriter | None = None
 
     async def post(self, body: bytes, ctype: str = CONTENT_TYPE) -> tuple[int, bytes]:
+        try:
+            return await self._post(body, ctype)
+        except (asyncio.IncompleteReadError, ConnectionError):  # the server closed an idle connection
+            self.close()
+            self.writer = None
+            return await self._post(body, ctype)
+
+    async def _post(self, body: bytes, ctype: str) -> tuple[int, bytes]:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         assert self.reader is not None
@@ -241,7 +249,7 @@ async def open_loop(
     conns = [Conn(port) for _ in per_stream]
     for i in range(0, len(conns), 100):  # connect (and send round 0) a hundred at a time
         await asyncio.gather(*(c.post(b) for c, b in zip(conns[i : i + 100], warmup[i : i + 100], strict=True)))
-    await asyncio.sleep(3.0)  # the steady state: the first write of the new ranks (a one-off pause) is over
+    await asyncio.sleep(2.0)  # the steady state: the first write of the new ranks (a one-off pause) is over
     rng = np.random.default_rng(0)
     latencies: list[float] = []
     start = time.perf_counter() + 1.0
@@ -315,7 +323,7 @@ def latency(db: str | None, cpus: tuple[int | None, int | None], streams: int, s
         per_stream = [[data[r][s] for r in range(1, seconds + 1)] for s in range(streams)]
         c0 = srv.cpu_s()
         lat = np.array(run(open_loop(srv.port, data[0], per_stream))) * 1000
-        cpu, wall = srv.cpu_s() - c0, seconds + 4.0
+        cpu, wall = srv.cpu_s() - c0, seconds + 3.0
         p50, p99, mx = np.percentile(lat, 50), np.percentile(lat, 99), lat.max()
         print(
             f"  {streams:,} streams x 1 batch/s for {seconds} s ({len(lat):,} batches, {100 * streams:,} records/s): "
@@ -329,6 +337,7 @@ def growth(db: str | None, cpus: tuple[int | None, int | None], sizes: list[int]
     cols = ("ranks", "us/record", "records/s/core", "background CPU", "RSS MB", "MB/1k ranks", "marginal")
     print("  " + " ".join(f"{c:>{w}}" for c, w in zip(cols, (7, 10, 15, 15, 8, 12, 9), strict=True)))
     prev: tuple[int, float] | None = None
+    points: list[tuple[int, float]] = []
     for ranks in sizes:
         _reset_db(db)
         data = rounds("grow", ranks, n_rounds)
@@ -348,18 +357,27 @@ def growth(db: str | None, cpus: tuple[int | None, int | None], sizes: list[int]
             grown = srv.rss_mb() - idle
             marginal = "" if prev is None else f"{(grown - prev[1]) / ((ranks - prev[0]) / 1000):.1f}"
             prev = (ranks, grown)
+            points.append((ranks, grown))
             print(
                 f"  {ranks:>7,} {1e6 * cpu / n:>10.2f} {n / cpu:>15,.0f} {100 * bg:>14.0f}% {idle + grown:>8.0f} "
                 f"{grown / (ranks / 1000):>12.1f} {marginal:>9}"
             )
         finally:
             srv.stop()
+    if len(points) > 2:
+        x, y = np.array(points, dtype=float).T
+        slope = np.polyfit(x / 1000, y, 1)[0]
+        print(
+            f"  memory: {points[0][1]:.0f} MB for the first {points[0][0]:,} ranks (the per-job raw-record ring, "
+            f"bounded, included), {slope:.1f} MB per further 1,000 ranks (least-squares slope)"
+        )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", help="database URL for the server (default: SQLite in a temp dir); it is emptied")
     ap.add_argument("--max-ranks", type=int, default=20_000, help="largest job in the growth series (20000)")
+    ap.add_argument("--sizes", help="job sizes of the growth series, comma-separated (default 1000 up to --max-ranks)")
     ap.add_argument("--latency-s", type=int, default=20, help="seconds of the 1,000-stream latency run (20)")
     ap.add_argument("--streams", type=int, default=1000, help="rank streams in the latency run (1000)")
     ap.add_argument("--only", choices=("throughput", "latency", "growth"), help="run one measurement")
@@ -380,7 +398,8 @@ def main() -> None:
         os.sched_setaffinity(0, {pins[1]})
     where = f"server pinned to CPU {pins[0]}, load generator to CPU {pins[1]}" if pins[0] is not None else "unpinned"
     where += f", server niceness {NICE}" if NICE else ""
-    print(f"rankwatch ingest benchmark, raw mode, 100 records per rank per second ({where}; {args.db or 'SQLite'})")
+    db = "SQLite" if not args.db else "PostgreSQL at " + args.db.rsplit("@", 1)[-1]  # never print a password
+    print(f"rankwatch ingest benchmark, raw mode, 100 records per rank per second ({where}; {db})")
     if args.only in (None, "throughput"):
         print("throughput (1,000 ranks, closed loop):")
         throughput(args.db, pins)
@@ -390,6 +409,8 @@ def main() -> None:
     if args.only in (None, "growth"):
         print("growth (one job, 3 rounds of one batch per rank; memory counted from the idle server):")
         sizes = [s for s in (1000, 2000, 5000, 10_000, 20_000, 50_000, 100_000) if s <= args.max_ranks]
+        if args.sizes:
+            sizes = [int(v) for v in args.sizes.split(",")]
         growth(args.db, pins, sizes)
 
 
