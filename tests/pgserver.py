@@ -57,7 +57,19 @@ class PgServer:
             shutil.chown(self.root, user="postgres")
             self._as = ["runuser", "-u", "postgres", "--"]
         data, log = self.root / "data", self.root / "server.log"
-        self._run(str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
+        self._run(
+            str(bindir / "initdb"),
+            "-D",
+            str(data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-E",
+            "UTF8",
+            "--no-locale",
+            "--no-sync",
+        )
         self.port = free_port()
         options = f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off -c max_connections=300"
         self._run(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60", "-o", options, "start")
