@@ -1,9 +1,10 @@
 """Engines, sessions and schema upgrades for SQLite (default) and PostgreSQL.
 
 SQLite runs in WAL mode with ``synchronous=NORMAL``: a committed transaction survives the
-process being killed. Its transactions start with ``BEGIN IMMEDIATE``, so two writers (the
-persist loop and the lease thread, or two processes on one file) queue on the lock instead of
-one of them failing mid-transaction on a stale snapshot. ``open_database`` upgrades the schema
+process being killed. Write transactions (``db.sessions.begin()``) start with ``BEGIN
+IMMEDIATE``, so two writers (the persist loop and the lease thread, or two processes on one
+file) queue on the lock instead of one failing halfway on a stale snapshot; reads
+(``db.sessions()``) begin as usual and never wait for a writer. ``open_database`` upgrades the schema
 with Alembic before anything else touches it, so ``rankwatch serve`` always runs on the current
 schema. ``upsert`` writes many rows in one statement on either database.
 """
@@ -13,24 +14,44 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import JSON, Engine, Table, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["Database", "open_database", "upgrade_schema", "upsert"]
+__all__ = ["Database", "Sessions", "open_database", "upgrade_schema", "upsert"]
 
 logger = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
+class Sessions:
+    """``sessions()`` for reading, ``sessions.begin()`` for a transaction that writes.
+
+    The two differ on SQLite only: a writing transaction takes the write lock when it begins.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._read: sessionmaker[Session] = sessionmaker(engine, expire_on_commit=False)
+        self._write: sessionmaker[Session] = sessionmaker(
+            engine.execution_options(rankwatch_write=True), expire_on_commit=False
+        )
+
+    def __call__(self) -> Session:
+        return self._read()
+
+    def begin(self) -> AbstractContextManager[Session]:
+        return self._write.begin()
+
+
 class Database:
-    """An engine and its session factory."""
+    """An engine and its sessions."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.sessions: sessionmaker[Session] = sessionmaker(engine, expire_on_commit=False)
+        self.sessions = Sessions(engine)
 
     @property
     def dialect(self) -> str:
@@ -50,8 +71,8 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def _sqlite_begin_immediate(conn: Any) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+def _sqlite_begin(conn: Any) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("rankwatch_write") else "BEGIN")
 
 
 def make_engine(url: str) -> Engine:
@@ -61,7 +82,7 @@ def make_engine(url: str) -> Engine:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
-        event.listen(engine, "begin", _sqlite_begin_immediate)
+        event.listen(engine, "begin", _sqlite_begin)
         return engine
     if url.startswith("postgresql"):
         try:
@@ -112,14 +133,20 @@ def _upsert_sql(dialect: str, table: Table, cols: tuple[str, ...], keys: tuple[s
     return f'INSERT INTO "{table.name}" ({names}) VALUES ({values}) ON CONFLICT ({conflict}) DO UPDATE SET {assign}'
 
 
+MIGRATION_LOCK = 0x72616E6B  # "rank": the advisory lock several processes starting at once queue on
+
+
 def upgrade_schema(engine: Engine) -> None:
-    """Bring the schema to the newest migration (idempotent)."""
+    """Bring the schema to the newest migration (idempotent). Several processes starting at once
+    on one database take turns: the first upgrades, the others find nothing left to do."""
     from alembic import command
     from alembic.config import Config
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as conn:
+    with engine.execution_options(rankwatch_write=True).begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 

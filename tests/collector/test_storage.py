@@ -236,3 +236,16 @@ def test_the_collector_loop_runs_the_cleanup(tmp_path: Path, db_url: str) -> Non
     col.tick()
     with col.db.sessions() as s:
         assert s.scalar(select(func.count()).select_from(EventRow)) == 0
+
+
+def test_processes_starting_at_once_upgrade_the_schema_once(db_url: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    url = Settings(db=db_url).database_url
+    with ThreadPoolExecutor(4) as pool:  # four "processes" starting together on an empty database
+        dbs = list(pool.map(lambda _: open_database(url), range(4)))
+    with dbs[0].engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    for db in dbs:
+        db.close()
+    assert diff == []
