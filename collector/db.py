@@ -62,12 +62,20 @@ class Database:
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    import sqlite3
+
     dbapi_conn.isolation_level = None  # SQLAlchemy's "begin" event below emits BEGIN itself
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=10000")
+    try:
+        cur.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.OperationalError:
+        # switching a new file to WAL needs it to itself; another process opening it at the same
+        # moment may have done the switch (WAL is a property of the file, and stays)
+        if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            raise
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA busy_timeout=10000")
     cur.close()
 
 
