@@ -1,0 +1,276 @@
+"""Non-communication slowness: the rank the others keep waiting for, and how much it costs.
+
+Per slot (one rank in one group) the analysed blocks are added into time buckets of
+``bucket_s`` seconds (server time of the ops): how long the others waited for it (*lateness*),
+how long it spent inside the group's ops (*in-collective time*), and how many ops. A slot's rate
+is the **median over its three most recent non-empty buckets** of the per-op mean times the
+group's op rate: seconds per second of wall-clock, so lateness is directly the share w of time
+the group loses. The median makes it persistent by construction — a GC pause, a barrier after a
+checkpoint or one slow step lands in one bucket and moves nothing; a straggler is in all three.
+
+A slot is *hot* when its lateness exceeds what is normal for it — the lower of its own baseline
+(once learned) and, in a collective group, the group's lower median now — by at least
+``min_effect`` and by ``noise_k`` times its usual fluctuation.
+
+Lateness propagates: a rank that waited for a straggler in its tensor-parallel group arrives late
+at its data-parallel all-reduce. So a hot slot counts against its rank only if the rank did not,
+at the same time, spend about as much extra time inside another group's ops (waiting there, or
+in a slow transfer). What is left are the roots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rankwatch.detector.cells import CellStats
+from rankwatch.detector.config import DetectorConfig
+from rankwatch.detector.topology import Topology
+
+__all__ = ["LatenessTracker", "Straggler"]
+
+_K = 8  # buckets kept per slot
+_M = 3  # most recent non-empty buckets the median is taken over
+
+
+@dataclass(slots=True)
+class Straggler:
+    """A rank whose own slowness holds others up, as seen at one evaluation."""
+
+    rank: int
+    excess: float  # seconds per second the others wait on it (its worst group)
+    threshold: float
+    slots: list[int] = field(default_factory=list)
+    onset: float = float("nan")
+
+
+def _grow(a: np.ndarray, n: int, fill: float) -> np.ndarray:
+    if a.shape[0] >= n:
+        return a
+    out = np.full((max(n, 2 * a.shape[0]), *a.shape[1:]), fill, a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+class LatenessTracker:
+    """Bucketed lateness per slot, baselines, and the roots they point to."""
+
+    _NAN = ("base_late", "base_dur", "noise", "onset", "first_data")
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+        self.n = 0
+        self.bl = np.zeros((0, _K), np.float32)  # lateness seconds per bucket
+        self.bd = np.zeros((0, _K), np.float32)  # in-collective seconds
+        self.bo = np.zeros((0, _K), np.float32)  # ops
+        self.bflag = np.zeros((0, _K), np.float32)  # blocks in which it was among the late
+        self.bid = np.full(_K, -(2**62), np.int64)  # absolute bucket id held by each ring position
+        self.base_late = np.full(0, np.nan)
+        self.base_dur = np.full(0, np.nan)
+        self.noise = np.full(0, np.nan)
+        self.onset = np.full(0, np.nan)
+        self.first_data = np.full(0, np.nan)
+        self.base_age = np.zeros(0)
+        self.ncells = np.zeros(0)
+        self.onset_seq = np.zeros(0, np.int64)
+        self.hot = np.zeros(0, bool)
+        self.ch_ops = np.zeros(0)  # per channel: decayed op count (rate = / ops_tau)
+        self.ch_t = float("nan")
+        # results of the last ``analyse``
+        self.late_rate = np.zeros(0)
+        self.dur_rate = np.zeros(0)
+        self.ex_late = np.zeros(0)
+        self.ex_dur = np.zeros(0)
+        self.thr = np.zeros(0)
+        self.frac = np.zeros(0)
+
+    def reset(self) -> None:
+        self.__init__(self.cfg)  # type: ignore[misc]
+
+    def _ensure(self, n: int, n_ch: int) -> None:
+        self.ch_ops = _grow(self.ch_ops, n_ch, 0.0)
+        if n <= self.n:
+            return
+        for name in ("bl", "bd", "bo", "bflag"):
+            setattr(self, name, _grow(getattr(self, name), n, 0.0))
+        for name in self._NAN:
+            setattr(self, name, _grow(getattr(self, name), n, np.nan))
+        self.base_age = _grow(self.base_age, n, 0.0)
+        self.ncells = _grow(self.ncells, n, 0.0)
+        self.onset_seq = _grow(self.onset_seq, n, 0)
+        self.hot = _grow(self.hot, n, False)
+        self.n = n
+
+    def update(self, now: float, st: CellStats, seq_lo: np.ndarray, n_slots: int, n_ch: int) -> None:
+        """Add analysed blocks (``seq_lo``: first sequence number of each row's block)."""
+        cfg = self.cfg
+        self._ensure(n_slots, n_ch)
+        if not np.isnan(self.ch_t):
+            self.ch_ops[:n_ch] *= np.exp(-max(0.0, now - self.ch_t) / cfg.ops_tau_s)
+        self.ch_t = now
+        if len(st):
+            w = np.exp(-np.clip(now - st.c_t, 0.0, None) / cfg.ops_tau_s)
+            self.ch_ops[:n_ch] += np.bincount(st.c_ch, st.c_cnt * w, n_ch)
+        if not st.slot.shape[0]:
+            return
+        t = np.minimum(st.t, now)
+        ids = np.floor(t / cfg.bucket_s).astype(np.int64)
+        top = int(ids.max())
+        cur = int(self.bid.max())
+        for b in range(max(cur + 1, top - _K + 1), top + 1):
+            p = b % _K
+            for arr in (self.bl, self.bd, self.bo, self.bflag):
+                arr[:, p] = 0.0
+            self.bid[p] = b
+        pos = ids % _K
+        keep = self.bid[pos] == ids  # drop blocks older than the ring
+        if not keep.all():
+            st_slot, pos, ids = st.slot[keep], pos[keep], ids[keep]
+            late, dur, cnt, flag = st.late[keep], st.dur[keep], st.cnt[keep], st.lateflag[keep]
+        else:
+            st_slot, late, dur, cnt, flag = st.slot, st.late, st.dur, st.cnt, st.lateflag
+        flat = st_slot * _K + pos
+        size = self.bl.shape[0] * _K
+        for arr, x in ((self.bl, late), (self.bd, dur), (self.bo, cnt), (self.bflag, flag.astype(np.float64))):
+            arr.reshape(-1)[:] += np.bincount(flat, x, size).astype(np.float32)
+        n = self.bl.shape[0]
+        self.ncells[:n] += np.bincount(st.slot, None, n)
+        first = np.full(n, np.inf)
+        np.minimum.at(first, st.slot, st.t)
+        self.first_data = np.fmin(self.first_data, np.where(np.isfinite(first), first, np.nan))
+        # where a streak of being late starts: the earliest late block after a quiet spell
+        fl = np.flatnonzero(st.lateflag)
+        if fl.shape[0]:
+            order = fl[np.argsort(st.t[fl], kind="stable")]
+            slots, idx0 = np.unique(st.slot[order], return_index=True)
+            idx = order[idx0]
+            quiet = ~self.hot[slots] | np.isnan(self.onset[slots])
+            self.onset[slots[quiet]] = st.t[idx[quiet]]
+            self.onset_seq[slots[quiet]] = seq_lo[idx[quiet]]
+
+    def _recent(self, now: float, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per slot: median per-op lateness and in-collective time over the recent buckets, their count, late share."""
+        cfg = self.cfg
+        order = np.argsort(-self.bid)  # ring positions, newest first
+        fresh = self.bid[order] * cfg.bucket_s >= now - cfg.bucket_s * _K - cfg.stale_s
+        order = order[fresh]
+        ops = self.bo[:n][:, order].astype(np.float64)
+        has = ops > 0
+        take = has & (np.cumsum(has, axis=1) <= _M)
+        cnt = take.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lo = np.where(take, self.bl[:n][:, order] / ops, np.nan)
+            do = np.where(take, self.bd[:n][:, order] / ops, np.nan)
+            fr = np.where(take, self.bflag[:n][:, order], 0.0).sum(axis=1)
+        if lo.shape[1] == 0:
+            z = np.full(n, np.nan)
+            return z, z.copy(), np.zeros(n, np.int64), np.zeros(n)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ml = np.nanmedian(lo, axis=1)
+            md = np.nanmedian(do, axis=1)
+        cells = np.where(take, self.bflag[:n][:, order] * 0 + 1, 0).sum(axis=1)
+        return ml, md, cnt, fr / np.maximum(cells, 1)
+
+    def analyse(self, now: float, dt: float, topo: Topology, keep: set[int]) -> dict[int, Straggler]:
+        """Hot slots, baselines moved on, and the ranks at the root of what is hot.
+
+        Args:
+            now: server time.
+            dt: seconds since the previous call.
+            topo: the job's topology.
+            keep: ranks already reported: they stay hot on weaker evidence (hysteresis).
+        """
+        cfg = self.cfg
+        n = topo.n_slots
+        self._ensure(n, topo.n_channels)
+        ops_rate = self.ch_ops[: topo.n_channels] / cfg.ops_tau_s / np.maximum(topo.ch_size, 1)
+        rate = ops_rate[topo.slot_ch]
+        ml, md, nb, frac = self._recent(now, n)
+        late = ml * rate
+        dur = md * rate
+        has = nb >= _M
+        collective = topo.ch_parent[topo.slot_ch] < 0
+        med_late = self._lower_median(np.nan_to_num(late, nan=np.inf), topo)
+        med_dur = self._lower_median(np.nan_to_num(dur, nan=np.inf), topo)
+        sl = slice(0, n)
+        warm = self.base_age[sl] >= cfg.baseline_warm_s
+        ref_late = np.fmin(
+            np.where(warm, self.base_late[sl], np.nan), np.where(collective & np.isfinite(med_late), med_late, np.nan)
+        )
+        ref_dur = np.fmin(
+            np.where(warm, self.base_dur[sl], np.nan), np.where(collective & np.isfinite(med_dur), med_dur, np.nan)
+        )
+        ex_late = late - ref_late
+        ex_dur = dur - ref_dur
+        noise = self.noise[sl]
+        thr = np.fmax(cfg.min_effect, cfg.noise_k * np.nan_to_num(noise, nan=0.0))
+        # pipeline send/receive waits are mostly the schedule's shape: ask for more there
+        thr = np.where(collective, thr, cfg.p2p_k * thr)
+        # a slot is judged once it has history: start-up and the first steps are not faults
+        mature = has & (self.ncells[sl] >= cfg.warm_cells) & (now - self.first_data[sl] >= cfg.baseline_warm_s)
+        kept = np.zeros(n, bool)
+        if keep:
+            kept = np.isin(topo.slot_rank, np.fromiter(keep, np.int64, len(keep)))
+        on = ex_late >= thr
+        stay = kept & (ex_late >= 0.5 * thr)
+        hot = mature & np.nan_to_num(on | stay, nan=False).astype(bool)
+        self.hot[sl] = hot
+        # baselines learn only from slots that look normal, once past the first blocks
+        calm = has & ~hot & ~(np.nan_to_num(ex_late, nan=0.0) >= 0.5 * thr) & (self.ncells[sl] >= cfg.warm_cells // 2)
+        calm &= now - self.first_data[sl] >= 2 * cfg.ops_tau_s  # op rates settled
+        age = self.base_age[sl]
+        a = np.where(age < cfg.baseline_warm_s, dt / np.maximum(age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
+        for base, x in ((self.base_late[sl], late), (self.base_dur[sl], dur)):
+            ok = calm & np.isfinite(x)
+            fresh = ok & np.isnan(base)
+            base[fresh] = x[fresh]
+            upd = ok & ~fresh
+            base[upd] += a[upd] * (x[upd] - base[upd])
+        age[calm] += dt
+        # the usual fluctuation of the excess, learned the same way
+        dev = np.abs(ex_late)
+        nz = self.noise[sl]
+        ok = calm & np.isfinite(dev)
+        first = ok & np.isnan(nz)
+        nz[first] = dev[first]
+        upd = ok & ~first
+        nz[upd] += a[upd] * (dev[upd] - nz[upd])
+        self.late_rate, self.dur_rate, self.ex_late, self.ex_dur = late, dur, ex_late, ex_dur
+        self.thr, self.frac = thr, frac
+        return self._roots(hot, topo)
+
+    def _lower_median(self, x: np.ndarray, topo: Topology) -> np.ndarray:
+        """Per slot: the lower median of ``x`` over its channel's members."""
+        if not x.shape[0]:
+            return x
+        order = np.lexsort((x, topo.slot_ch))
+        pos = topo.ch_off + (topo.ch_size - 1) // 2
+        med = x[order][pos]
+        return med[topo.slot_ch]
+
+    def _roots(self, hot: np.ndarray, topo: Topology) -> dict[int, Straggler]:
+        cand = np.flatnonzero(hot)
+        if not cand.shape[0]:
+            return {}
+        ptr, slots_of = topo.rank_slots()
+        ex_dur = np.nan_to_num(self.ex_dur, nan=0.0)
+        out: dict[int, Straggler] = {}
+        for s in cand.tolist():
+            r = int(topo.slot_rank[s])
+            mine = slots_of[ptr[r] : ptr[r + 1]]
+            others = mine[(mine != s) & (topo.slot_ch[mine] != topo.slot_ch[s])]
+            ex = float(self.ex_late[s])
+            if others.shape[0] and float(ex_dur[others].max()) >= self.cfg.explain_k * ex:
+                continue  # it was held up elsewhere: a victim
+            got = out.get(r)
+            if got is None:
+                got = out[r] = Straggler(rank=r, excess=ex, threshold=float(self.thr[s]), onset=float(self.onset[s]))
+            elif ex > got.excess:
+                got.excess, got.threshold = ex, float(self.thr[s])
+            got.onset = float(np.fmin(got.onset, self.onset[s]))
+            got.slots.append(s)
+        return out

@@ -1,0 +1,167 @@
+"""Communication slowness: transfers slower than the group's own baseline while nobody is late.
+
+The part of a collective nobody waits for — the shortest time any member spends inside it, the
+last arriver's — is the transfer. Per (channel, op class) the tracker learns a baseline of its
+logarithm (the median of the first blocks, then a slow average that stops learning while the
+channel looks slow) and keeps short moving averages of the ratio to it, of the share of blocks
+over ``comm_ratio``, and of the excess seconds per second of wall-clock.
+
+A channel is *slow* when its transfers are over ``comm_ratio`` times their baseline in most blocks
+and the excess costs at least ``comm_min_effect`` of wall-clock; *healthy* when an established
+baseline and recent blocks put it at or under ``comm_healthy_ratio``. Localisation
+(``rankwatch.detector.localise``) takes it from there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rankwatch.detector.cells import CellStats
+from rankwatch.detector.config import DetectorConfig
+
+__all__ = ["TransferTracker"]
+
+_INIT = 8
+
+
+class TransferTracker:
+    """Baselines and moving averages of transfer time per (channel, op class)."""
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+        self.t = float("nan")
+        self._keys = np.zeros(0, np.int64)  # sorted (channel << 11 | class)
+        self._perm = np.zeros(0, np.int64)  # entry of each sorted key
+        self.n = 0
+        self.ch = np.zeros(0, np.int64)
+        self.base = np.zeros(0)
+        self.n_init = np.zeros(0, np.int64)
+        self.init_buf = np.zeros((0, _INIT))
+        self.S = np.zeros(0)
+        self.W = np.zeros(0)
+        self.EX = np.zeros(0)
+        self.SF = np.zeros(0)
+        self.last = np.zeros(0)
+        self.cur = np.zeros(0)  # latest block transfer time, seconds per op
+        # per channel results of the last ``status``
+        self.ratio = np.zeros(0)
+        self.ex_rate = np.zeros(0)
+        self.slow_frac = np.zeros(0)
+        self.weight = np.zeros(0)
+        self.base_s = np.zeros(0)
+        self.now_s = np.zeros(0)
+        self.established = np.zeros(0, bool)
+
+    def reset(self) -> None:
+        self.__init__(self.cfg)  # type: ignore[misc]
+
+    def _entries(self, keys: np.ndarray) -> np.ndarray:
+        uniq = np.unique(keys)
+        if self._keys.shape[0]:
+            pos = np.minimum(np.searchsorted(self._keys, uniq), self._keys.shape[0] - 1)
+            new = uniq[self._keys[pos] != uniq]
+        else:
+            new = uniq
+        if new.shape[0]:
+            k = new.shape[0]
+            start = self.n
+            self.n += k
+            grow = lambda a, fill: np.concatenate([a, np.full((k, *a.shape[1:]), fill, a.dtype)])  # noqa: E731
+            self.ch = grow(self.ch, 0)
+            self.ch[start:] = new >> 11
+            self.base = grow(self.base, np.nan)
+            self.n_init = grow(self.n_init, 0)
+            self.init_buf = grow(self.init_buf, np.nan)
+            for name in ("S", "W", "EX", "SF", "last", "cur"):
+                setattr(self, name, grow(getattr(self, name), 0.0))
+            allk = np.concatenate([self._keys, new])
+            allp = np.concatenate([self._perm, np.arange(start, self.n)])
+            o = np.argsort(allk, kind="stable")
+            self._keys, self._perm = allk[o], allp[o]
+        return self._perm[np.searchsorted(self._keys, keys)]
+
+    def update(self, now: float, st: CellStats, frozen_ch: np.ndarray) -> None:
+        """Add analysed blocks; ``frozen_ch`` marks channels whose baselines must not learn now."""
+        cfg = self.cfg
+        tau = cfg.tau_s
+        dt = 0.0 if np.isnan(self.t) else max(0.0, now - self.t)
+        if dt:
+            k = np.exp(-dt / tau)
+            self.S *= k
+            self.W *= k
+            self.EX *= k
+            self.SF *= k
+        self.t = now
+        m = st.c_transfer > 0
+        if not m.any():
+            return
+        ch, cls = st.c_ch[m], st.c_cls[m]
+        tr, cnt, t = st.c_transfer[m], st.c_cnt[m], st.c_t[m]
+        e = self._entries((ch << 11) | cls)
+        lt = np.log(tr)
+        self.last[e] = np.maximum(self.last[e], t)
+        self.cur[e] = tr
+        # entries still learning their baseline: keep the first blocks, take their median
+        learning = self.n_init[e] < _INIT
+        if learning.any():
+            for i in np.flatnonzero(learning).tolist():
+                j = int(e[i])
+                if self.n_init[j] < _INIT:
+                    self.init_buf[j, self.n_init[j]] = lt[i]
+                    self.n_init[j] += 1
+                    if self.n_init[j] >= min(_INIT, cfg.comm_warm_cells):
+                        self.base[j] = float(np.nanmedian(self.init_buf[j, : self.n_init[j]]))
+        est = ~np.isnan(self.base[e])
+        if not est.any():
+            return
+        e, lt, tr, cnt, t, ch = e[est], lt[est], tr[est], cnt[est], t[est], ch[est]
+        w = np.exp(-np.clip(now - t, 0.0, None) / tau)
+        lr = lt - self.base[e]
+        n = self.n
+        self.S += np.bincount(e, lr * w, n)
+        self.W += np.bincount(e, w, n)
+        self.EX += np.bincount(e, (tr - np.exp(self.base[e])) * cnt * w, n)
+        self.SF += np.bincount(e, (lr > np.log(cfg.comm_ratio)) * w, n)
+        # the baseline follows slow drift, never a fault
+        if dt:
+            a = min(1.0, dt / cfg.baseline_tau_s)
+            sums = np.bincount(e, np.clip(lr, -0.5, 0.5), n)
+            cnts = np.bincount(e, None, n)
+            upd = (cnts > 0) & (self.n_init >= _INIT)
+            fz = np.zeros(n, bool)
+            ok_ch = self.ch < frozen_ch.shape[0]
+            fz[ok_ch] = frozen_ch[self.ch[ok_ch]]
+            cur = self.S / np.maximum(self.W, 1e-12)
+            upd &= ~fz & (cur < np.log(cfg.comm_healthy_ratio))
+            self.base[upd] += a * sums[upd] / cnts[upd]
+
+    def status(self, n_channels: int) -> tuple[np.ndarray, np.ndarray]:
+        """(slow, healthy) boolean arrays over channels, from the moving averages."""
+        cfg = self.cfg
+        tau = cfg.tau_s
+        est = ~np.isnan(self.base)
+        ch = self.ch
+        W = np.bincount(ch, self.W * est, n_channels).astype(np.float64)
+        S = np.bincount(ch, self.S * est, n_channels)
+        EX = np.bincount(ch, self.EX * est, n_channels)
+        SF = np.bincount(ch, self.SF * est, n_channels)
+        wb = np.bincount(ch, np.nan_to_num(np.exp(self.base)) * self.W, n_channels)
+        wc = np.bincount(ch, self.cur * self.W, n_channels)
+        nest = np.bincount(ch, est.astype(np.float64), n_channels)
+        safe = np.maximum(W, 1e-12)
+        self.ratio = np.exp(S / safe)
+        self.ex_rate = EX / tau
+        self.slow_frac = SF / safe
+        self.weight = W
+        self.base_s = wb / safe
+        self.now_s = wc / safe
+        self.established = nest > 0
+        enough = W >= 1.0
+        slow = (
+            enough
+            & (self.ratio >= cfg.comm_ratio)
+            & (self.ex_rate >= cfg.comm_channel_effect)
+            & (self.slow_frac >= 0.5)
+        )
+        healthy = enough & self.established & (self.ratio <= cfg.comm_healthy_ratio)
+        return slow, healthy
