@@ -27,6 +27,10 @@ class DetectorConfig:
     """Smallest share of wall-clock the rest of the job must spend waiting (0.03: 1.03x slower)."""
     noise_k: float = 4.0
     """A suspect's effect must also exceed this many times its own usual fluctuation."""
+    noise_warm_s: float = 15.0
+    """Until a rank's fluctuation has been learned this long, the effect must be twice ``min_effect``."""
+    cusum_h: float = 2.0
+    """Evidence (excess in units of usual fluctuation, times seconds) a slow suspect must accumulate."""
     p2p_k: float = 2.0
     """Point-to-point waits are mostly the pipeline schedule's shape: lateness there must be this much stronger."""
     warm_cells: int = 24

@@ -300,7 +300,9 @@ class JobDetector:
             self.late.update(now, st, blk * topo.ch_block[topo.slot_ch[st.slot]] + 1, n_slots, n_ch)
             first_row = np.flatnonzero(np.r_[True, np.diff(ready["key"]) != 0]) if len(st) else np.zeros(0, np.int64)
             self.prog.observe_cells(st, (blk[first_row] + 1) * topo.ch_block[st.c_ch])
-            roots = self.late.analyse(now, dt, topo, self._reported_ranks("noncomm_slow"))
+            comm_frozen = np.zeros(n_ch, bool)
+            comm_frozen[list(self._ch_slow)] = True
+            roots = self.late.analyse(now, dt, topo, self._reported_ranks("noncomm_slow"), comm_frozen)
             frozen = np.zeros(n_ch, bool)
             frozen[topo.slot_ch[np.flatnonzero(self.late.hot[:n_slots])]] = True
             for ch in self._ch_slow:
@@ -562,6 +564,7 @@ class JobDetector:
                             "seq_to": int(self.prog.last_seq[ch]),
                             "late_s_per_s": round(float(late.late_rate[s]), 4),
                             "baseline_s_per_s": round(float(late.late_rate[s] - late.ex_late[s]), 4),
+                            "baseline_late_ms_per_op": round(1e3 * float(late.ref_lop[s]), 3),
                             "late_share": round(float(late.frac[s]), 3),
                             "in_collective_s_per_s": round(float(late.dur_rate[s]), 4),
                             "lateness": {

@@ -72,13 +72,16 @@ class LatenessTracker:
         self.onset = np.full(0, np.nan)
         self.first_data = np.full(0, np.nan)
         self.base_age = np.zeros(0)
+        self.noise_age = np.zeros(0)
         self.ncells = np.zeros(0)
         self.onset_seq = np.zeros(0, np.int64)
         self.hot = np.zeros(0, bool)
+        self.cusum = np.zeros(0)
         self.ch_ops = np.zeros(0)  # per channel: decayed op count (rate = / ops_tau)
         self.ch_t = float("nan")
         # results of the last ``analyse``
         self.late_rate = np.zeros(0)
+        self.ref_lop = np.zeros(0)
         self.dur_rate = np.zeros(0)
         self.ex_late = np.zeros(0)
         self.ex_dur = np.zeros(0)
@@ -97,9 +100,11 @@ class LatenessTracker:
         for name in self._NAN:
             setattr(self, name, _grow(getattr(self, name), n, np.nan))
         self.base_age = _grow(self.base_age, n, 0.0)
+        self.noise_age = _grow(self.noise_age, n, 0.0)
         self.ncells = _grow(self.ncells, n, 0.0)
         self.onset_seq = _grow(self.onset_seq, n, 0)
         self.hot = _grow(self.hot, n, False)
+        self.cusum = _grow(self.cusum, n, 0.0)
         self.n = n
 
     def update(self, now: float, st: CellStats, seq_lo: np.ndarray, n_slots: int, n_ch: int) -> None:
@@ -175,7 +180,9 @@ class LatenessTracker:
         cells = np.where(take, self.bflag[:n][:, order] * 0 + 1, 0).sum(axis=1)
         return ml, md, cnt, fr / np.maximum(cells, 1)
 
-    def analyse(self, now: float, dt: float, topo: Topology, keep: set[int]) -> dict[int, Straggler]:
+    def analyse(
+        self, now: float, dt: float, topo: Topology, keep: set[int], frozen_ch: np.ndarray | None = None
+    ) -> dict[int, Straggler]:
         """Hot slots, baselines moved on, and the ranks at the root of what is hot.
 
         Args:
@@ -183,62 +190,84 @@ class LatenessTracker:
             dt: seconds since the previous call.
             topo: the job's topology.
             keep: ranks already reported: they stay hot on weaker evidence (hysteresis).
+            frozen_ch: channels whose transfers look slow: their slots' baselines must not learn.
         """
         cfg = self.cfg
         n = topo.n_slots
         self._ensure(n, topo.n_channels)
-        ops_rate = self.ch_ops[: topo.n_channels] / cfg.ops_tau_s / np.maximum(topo.ch_size, 1)
+        ops_rate = self.ch_ops[: topo.n_channels] / cfg.ops_tau_s
         rate = ops_rate[topo.slot_ch]
-        ml, md, nb, frac = self._recent(now, n)
-        late = ml * rate
-        dur = md * rate
+        ml, md, nb, frac = self._recent(now, n)  # per op: median lateness and time inside
         has = nb >= _M
         collective = topo.ch_parent[topo.slot_ch] < 0
-        med_late = self._lower_median(np.nan_to_num(late, nan=np.inf), topo)
-        med_dur = self._lower_median(np.nan_to_num(dur, nan=np.inf), topo)
+        med_lop = self._lower_median(np.nan_to_num(ml, nan=np.inf), topo)
         sl = slice(0, n)
         warm = self.base_age[sl] >= cfg.baseline_warm_s
-        ref_late = np.fmin(
-            np.where(warm, self.base_late[sl], np.nan), np.where(collective & np.isfinite(med_late), med_late, np.nan)
+        # normal lateness per op: its own baseline, or (collectives) the group's lower median now
+        ref_lop = np.fmin(
+            np.where(warm, self.base_late[sl], np.nan), np.where(collective & np.isfinite(med_lop), med_lop, np.nan)
         )
-        ref_dur = np.fmin(
-            np.where(warm, self.base_dur[sl], np.nan), np.where(collective & np.isfinite(med_dur), med_dur, np.nan)
-        )
-        ex_late = late - ref_late
-        ex_dur = dur - ref_dur
+        self.ref_lop = ref_lop
+        late = ml * rate  # seconds per second
+        dur = md * rate
+        ex_late = (ml - ref_lop) * rate
+        ex_dur = (md - self.base_dur[sl]) * rate
         noise = self.noise[sl]
-        thr = np.fmax(cfg.min_effect, cfg.noise_k * np.nan_to_num(noise, nan=0.0))
-        # pipeline send/receive waits are mostly the schedule's shape: ask for more there
-        thr = np.where(collective, thr, cfg.p2p_k * thr)
+        # the excess in units of the slot's usual fluctuation (never finer than the effect that matters):
+        # its own, learned over time, and its group's now (the lower median of the members' excess,
+        # which a straggler or a slow half of the group does not raise)
+        cross = self._lower_median(np.nan_to_num(np.abs(ex_late), nan=np.inf), topo)
+        cross = np.where(collective & np.isfinite(cross), cross, 0.0)
+        floor = cfg.min_effect / cfg.noise_k
+        scale = np.fmax(np.fmax(floor, np.nan_to_num(noise, nan=0.0)), cross)
+        scale = np.where(self.noise_age[sl] < cfg.noise_warm_s, np.fmax(scale, 2 * floor), scale)
+        scale = np.where(collective, scale, cfg.p2p_k * scale)
+        thr = cfg.noise_k * scale
+        z = np.nan_to_num(ex_late / scale, nan=0.0)
         # a slot is judged once it has history: start-up and the first steps are not faults
         mature = has & (self.ncells[sl] >= cfg.warm_cells) & (now - self.first_data[sl] >= cfg.baseline_warm_s)
+        # sequential test (CUSUM): evidence adds up while the excess stays above half the threshold,
+        # so a large fault is named at once and a mild one in a noisy group takes longer
+        k = 0.5 * cfg.noise_k
+        cs = self.cusum[sl]
+        cs[:] = np.where(mature, np.clip(cs + dt * (np.minimum(z, 4 * cfg.noise_k) - k), 0.0, 3 * cfg.cusum_h), 0.0)
         kept = np.zeros(n, bool)
         if keep:
             kept = np.isin(topo.slot_rank, np.fromiter(keep, np.int64, len(keep)))
-        on = ex_late >= thr
-        stay = kept & (ex_late >= 0.5 * thr)
+        on = (cs >= cfg.cusum_h) & (ex_late >= thr)
+        stay = kept & (cs > 0) & (ex_late >= 0.5 * thr)
         hot = mature & np.nan_to_num(on | stay, nan=False).astype(bool)
         self.hot[sl] = hot
         # baselines learn only from slots that look normal, once past the first blocks
-        calm = has & ~hot & ~(np.nan_to_num(ex_late, nan=0.0) >= 0.5 * thr) & (self.ncells[sl] >= cfg.warm_cells // 2)
+        calm = has & ~hot & (cs == 0) & ~(np.nan_to_num(ex_late, nan=0.0) >= thr) & (self.ncells[sl] >= cfg.warm_cells // 2)
         calm &= now - self.first_data[sl] >= 2 * cfg.ops_tau_s  # op rates settled
+        # nothing a rank does while it is (or waits on) a suspect is normal: freeze all its baselines
+        busy = (cs > 0) | hot
+        if frozen_ch is not None and frozen_ch.shape[0]:
+            busy |= frozen_ch[topo.slot_ch]
+        busy_rank = np.zeros(topo.world, bool)
+        busy_rank[topo.slot_rank[busy]] = True
+        calm &= ~busy_rank[topo.slot_rank]
         age = self.base_age[sl]
         a = np.where(age < cfg.baseline_warm_s, dt / np.maximum(age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
-        for base, x in ((self.base_late[sl], late), (self.base_dur[sl], dur)):
+        for base, x in ((self.base_late[sl], ml), (self.base_dur[sl], md)):
             ok = calm & np.isfinite(x)
             fresh = ok & np.isnan(base)
             base[fresh] = x[fresh]
             upd = ok & ~fresh
             base[upd] += a[upd] * (x[upd] - base[upd])
         age[calm] += dt
-        # the usual fluctuation of the excess, learned the same way
-        dev = np.abs(ex_late)
+        # the usual fluctuation of the excess: learned from every judged sample but hot ones (learning
+        # only from calm samples would never see the fluctuations that matter), outliers clipped
+        dev = np.minimum(np.abs(ex_late), 3.0 * thr)
         nz = self.noise[sl]
-        ok = calm & np.isfinite(dev)
+        ok = has & ~hot & np.isfinite(dev) & (self.ncells[sl] >= cfg.warm_cells // 2)
+        ok &= now - self.first_data[sl] >= 2 * cfg.ops_tau_s
         first = ok & np.isnan(nz)
         nz[first] = dev[first]
         upd = ok & ~first
         nz[upd] += a[upd] * (dev[upd] - nz[upd])
+        self.noise_age[sl][ok] += dt
         self.late_rate, self.dur_rate, self.ex_late, self.ex_dur = late, dur, ex_late, ex_dur
         self.thr, self.frac = thr, frac
         return self._roots(hot, topo)
@@ -252,20 +281,38 @@ class LatenessTracker:
         med = x[order][pos]
         return med[topo.slot_ch]
 
+    def _window(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per slot: lateness, time inside and ops summed over the newest ``_M + 1`` buckets (same for all)."""
+        order = np.argsort(-self.bid)[: _M + 1]
+        return (
+            self.bl[:n][:, order].sum(axis=1, dtype=np.float64),
+            self.bd[:n][:, order].sum(axis=1, dtype=np.float64),
+            self.bo[:n][:, order].sum(axis=1, dtype=np.float64),
+        )
+
     def _roots(self, hot: np.ndarray, topo: Topology) -> dict[int, Straggler]:
         cand = np.flatnonzero(hot)
         if not cand.shape[0]:
             return {}
         ptr, slots_of = topo.rank_slots()
-        ex_dur = np.nan_to_num(self.ex_dur, nan=0.0)
+        n = topo.n_slots
+        wl, wd, wo = self._window(n)
+        # seconds inside ops beyond each slot's own per-op baseline, over one common recent window
+        extra = np.nan_to_num(wd - self.base_dur[:n] * wo, nan=0.0)
+        multi = (topo.ch_parent[topo.slot_ch] < 0) & (topo.ch_size[topo.slot_ch] >= 2)
         out: dict[int, Straggler] = {}
         for s in cand.tolist():
             r = int(topo.slot_rank[s])
             mine = slots_of[ptr[r] : ptr[r + 1]]
-            others = mine[(mine != s) & (topo.slot_ch[mine] != topo.slot_ch[s])]
+            if topo.ch_parent[topo.slot_ch[s]] >= 0 and multi[mine].any():
+                continue  # pipeline waits follow the schedule; a straggler also shows in its groups
+            others = mine[topo.slot_ch[mine] != topo.slot_ch[s]]
+            late_s = float(wl[s] - np.nan_to_num(self.ref_lop[s]) * wo[s])
+            # a victim spends its lateness inside other ops (waiting, or in slow transfers);
+            # a straggler spends it outside any op
+            if others.shape[0] and float(extra[others].sum()) >= self.cfg.explain_k * late_s:
+                continue
             ex = float(self.ex_late[s])
-            if others.shape[0] and float(ex_dur[others].max()) >= self.cfg.explain_k * ex:
-                continue  # it was held up elsewhere: a victim
             got = out.get(r)
             if got is None:
                 got = out[r] = Straggler(rank=r, excess=ex, threshold=float(self.thr[s]), onset=float(self.onset[s]))
