@@ -1,7 +1,7 @@
 """Run the detector's evaluation suite and print its table (see docs/detector.md).
 
-    python bench/eval_detector.py --split tune --workers 2
-    python bench/eval_detector.py --split heldout --workers 2
+python bench/eval_detector.py --split tune --workers 2
+python bench/eval_detector.py --split heldout --workers 2
 """
 
 from __future__ import annotations
@@ -25,9 +25,14 @@ def main(argv: list[str] | None = None) -> int:
     def progress(res: object) -> None:
         if args.verbose:
             r = res  # type: ignore[assignment]
-            print(f"  {r.name:<40} cpu={r.cpu_s:5.1f}s coll/s={r.coll_per_s:6.0f} lat={r.latency} false={len(r.false_suspects)}", file=sys.stderr)
+            print(
+                f"  {r.name:<40} cpu={r.cpu_s:5.1f}s coll/s={r.coll_per_s:6.0f} lat={r.latency} false={len(r.false_suspects)}",
+                file=sys.stderr,
+            )
 
-    rep = evaluate_suite(args.split, workers=args.workers, only=args.only, eval_every=args.eval_every, progress=progress)
+    rep = evaluate_suite(
+        args.split, workers=args.workers, only=args.only, eval_every=args.eval_every, progress=progress
+    )
     print(rep.table())
     if args.misses:
         print(rep.misses())

@@ -13,8 +13,8 @@ class DetectorConfig:
 
     tau_s: float = 1.5
     """Time constant of the short moving averages of transfer time that decide "slow now"."""
-    bucket_s: float = 0.5
-    """Lateness is added up in buckets this long; a straggler must be late in the median of the last three."""
+    bucket_s: float = 0.4
+    """Lateness is added up in buckets this long; a straggler must be late in the median of the last five."""
     ops_tau_s: float = 3.0
     """Time constant of each group's op rate (turns per-op lateness into seconds per second)."""
     stale_s: float = 2.0
@@ -29,7 +29,7 @@ class DetectorConfig:
     """A suspect's effect must also exceed this many times its own usual fluctuation."""
     noise_warm_s: float = 15.0
     """Until a rank's fluctuation has been learned this long, the effect must be twice ``min_effect``."""
-    cusum_h: float = 2.0
+    cusum_h: float = 5.0
     """Evidence (excess in units of usual fluctuation, times seconds) a slow suspect must accumulate."""
     p2p_k: float = 2.0
     """Point-to-point waits are mostly the pipeline schedule's shape: lateness there must be this much stronger."""
@@ -58,7 +58,9 @@ class DetectorConfig:
     hang_warm_floor_s: float = 30.0
     """Floor while a group has little history (start-up, compilation, the first step)."""
     hang_warm_cells: int = 16
-    """Blocks a group needs before ``hang_floor_s`` replaces ``hang_warm_floor_s``."""
+    """Blocks a group needs before its history counts (twice this before ``hang_floor_s`` applies)."""
+    hang_hist_tau_s: float = 300.0
+    """Time constant with which a group's history of long ops fades (periodic ones stay)."""
     dead_after_s: float = 6.0
     """A rank silent this long (and at least ``dead_flushes`` send periods) is dead."""
     dead_flushes: float = 5.0

@@ -26,7 +26,8 @@ from rankwatch.detector.topology import Topology
 
 __all__ = ["HangReport", "ProgressTracker", "StuckGroup"]
 
-_ETA = 0.1  # step of the log-space p99 tracker
+_BINS = 32  # half-octave bins of the longest time inside an op, from 10 us up
+_LO = np.log2(1e-5)
 
 
 @dataclass(slots=True)
@@ -64,8 +65,9 @@ class ProgressTracker:
         self.completed = np.zeros(0, np.int64)
         self.since = np.full(0, np.nan)
         self.wm = np.zeros(0, np.int64)  # highest sequence number with a record/block
-        self.lq = np.full(0, np.nan)  # per channel: log of the p99 tracker
-        self.nq = np.zeros(0, np.int64)
+        self.hist = np.zeros((0, _BINS), np.float32)  # per channel: decaying histogram of block maxima
+        self.nq = np.zeros(0, np.int64)  # per channel: blocks seen
+        self.t = float("nan")
         self.last_progress = np.full(0, -np.inf)  # per channel: server time of the latest completed op's enter
         self.last_seq = np.zeros(0, np.int64)  # per channel: highest sequence number analysed
 
@@ -77,37 +79,70 @@ class ProgressTracker:
         self.completed = _grow(self.completed, n_slots, 0)
         self.since = _grow(self.since, n_slots, np.nan)
         self.wm = _grow(self.wm, n_slots, 0)
-        self.lq = _grow(self.lq, n_channels, np.nan)
+        if self.hist.shape[0] < n_channels:
+            h = np.zeros((max(n_channels, 2 * self.hist.shape[0]), _BINS), np.float32)
+            h[: self.hist.shape[0]] = self.hist
+            self.hist = h
         self.nq = _grow(self.nq, n_channels, 0)
         self.last_progress = _grow(self.last_progress, n_channels, -np.inf)
         self.last_seq = _grow(self.last_seq, n_channels, 0)
 
-    def observe_cells(self, st: CellStats, end_seq: np.ndarray) -> None:
-        """Learn each channel's p99 time inside an op from analysed blocks."""
+    def observe_cells(self, now: float, st: CellStats, end_seq: np.ndarray) -> None:
+        """Learn each channel's p99 time inside an op from analysed blocks.
+
+        The first ``hang_warm_cells`` blocks of a channel (start-up, compilation, the first step)
+        are left out; the histogram forgets with ``hang_hist_tau_s``, so periodic long waits (a
+        barrier after each checkpoint) stay in it and one-off ones fade.
+        """
+        cfg = self.cfg
+        if not np.isnan(self.t) and now > self.t:
+            self.hist *= np.float32(np.exp(-(now - self.t) / cfg.hang_hist_tau_s))
+        self.t = now
         if not len(st):
             return
         ch = st.c_ch
-        x = np.log(np.maximum(st.c_max, 1e-6))
-        new = np.isnan(self.lq[ch])
-        if new.any():
-            first = np.unique(ch[new], return_index=True)
-            self.lq[first[0]] = x[new][first[1]] + np.log(2.0)
-        q = self.lq[ch]
-        step = np.where(x > q, 0.99, -0.01) * _ETA
-        np.add.at(self.lq, ch, step)
-        np.add.at(self.nq, ch, 1)
         np.maximum.at(self.last_seq, ch, end_seq)
+        seen = self.nq[ch].copy()
+        np.add.at(self.nq, ch, 1)
+        # order within this call does not matter much; skip cells of channels still warming up
+        learn = seen >= cfg.hang_warm_cells
+        if not learn.any():
+            return
+        b = np.clip(((np.log2(np.maximum(st.c_max[learn], 1e-9)) - _LO) * 2).astype(np.int64), 0, _BINS - 1)
+        np.add.at(self.hist, (ch[learn], b), 1.0)
+
+    def p99(self, ch: int) -> float:
+        h = self.hist[ch].astype(np.float64)
+        tot = h.sum()
+        if tot < 1.0:
+            return 0.0
+        tail = np.cumsum(h[::-1])
+        k = int(np.searchsorted(tail, 0.01 * tot))  # bins from the top holding 1% of the weight
+        top_bin = _BINS - 1 - k
+        return float(2.0 ** ((top_bin + 1) / 2 + _LO))
 
     def threshold(self, ch: int) -> float:
         cfg = self.cfg
-        p99 = float(np.exp(self.lq[ch])) if not np.isnan(self.lq[ch]) else 0.0
-        floor = cfg.hang_floor_s if self.nq[ch] >= cfg.hang_warm_cells else cfg.hang_warm_floor_s
-        return max(floor, cfg.hang_p99_mult * p99)
+        warm = self.nq[ch] >= 2 * cfg.hang_warm_cells
+        floor = cfg.hang_floor_s if warm else cfg.hang_warm_floor_s
+        return max(floor, cfg.hang_p99_mult * self.p99(ch))
 
-    def analyse(self, now: float, topo: Topology, silent: np.ndarray, dead: np.ndarray) -> HangReport:
+    def analyse(
+        self, now: float, topo: Topology, silent: np.ndarray, dead: np.ndarray, ended: np.ndarray
+    ) -> HangReport:
+        """Stuck groups and the roots they wait on.
+
+        Args:
+            now: server time.
+            topo: the job's topology.
+            silent: per rank, missed a few heartbeats (liveness decides about it).
+            dead: per rank, silent for good.
+            ended: per rank, said goodbye, crashed or was terminated: its last word on progress is stale.
+        """
         cfg = self.cfg
         n = topo.n_slots
-        since = self.since[:n]
+        gone = (silent | dead | ended)[topo.slot_rank]
+        since = np.where(gone, np.nan, self.since[:n])
         old = np.nan_to_num(now - since, nan=0.0) >= cfg.hang_floor_s
         rep = HangReport()
         if not old.any():
@@ -151,7 +186,7 @@ class ProgressTracker:
                 rep.comm_roots.append(g)
                 continue
             for r in g.missing:
-                if silent[r] or dead[r]:
+                if silent[r] or dead[r] or ended[r]:
                     rep.deferred.add(r)
                     continue
                 t = in_flight_since.get(r)

@@ -299,19 +299,21 @@ class JobDetector:
             blk = key_block(ready["key"])
             self.late.update(now, st, blk * topo.ch_block[topo.slot_ch[st.slot]] + 1, n_slots, n_ch)
             first_row = np.flatnonzero(np.r_[True, np.diff(ready["key"]) != 0]) if len(st) else np.zeros(0, np.int64)
-            self.prog.observe_cells(st, (blk[first_row] + 1) * topo.ch_block[st.c_ch])
-            comm_frozen = np.zeros(n_ch, bool)
-            comm_frozen[list(self._ch_slow)] = True
-            roots = self.late.analyse(now, dt, topo, self._reported_ranks("noncomm_slow"), comm_frozen)
+            self.prog.observe_cells(now, st, (blk[first_row] + 1) * topo.ch_block[st.c_ch])
+            # transfers first: channels slow now (or reported slow) freeze lateness baselines, and
+            # ranks on them are not stragglers (their lateness is the slow transfer's)
             frozen = np.zeros(n_ch, bool)
             frozen[topo.slot_ch[np.flatnonzero(self.late.hot[:n_slots])]] = True
-            for ch in self._ch_slow:
-                frozen[ch] = True
+            frozen[list(self._ch_slow)] = True
             self.xfer.update(now, st, frozen)
             slow, healthy = self.xfer.status(n_ch)
+            comm_frozen = slow.copy()
+            comm_frozen[list(self._ch_slow)] = True
+            roots = self.late.analyse(now, dt, topo, self._reported_ranks("noncomm_slow"), comm_frozen)
             silent = self.live.silent(now, cfg.silent_flushes)
             dead = self.live.dead(now)
-            hangs = self.prog.analyse(now, topo, silent, dead)
+            ended = self.live.state[: topo.world] != 0
+            hangs = self.prog.analyse(now, topo, silent, dead, ended)
             self._dead_findings(now, cands)
             self._hang_findings(now, hangs, cands)
             if not hangs.stuck:
@@ -397,6 +399,12 @@ class JobDetector:
             return
         by_rank = {c.rank: c for c in suspects}
         nodes, singles = self._node_groups(sorted(by_rank))
+        # ranks of one node go silent within a send period of each other: while more of a node is
+        # silent than is dead yet, wait for them rather than name its ranks one by one
+        silent = self.live.silent(now, self.cfg.silent_flushes)
+        if singles and silent.any():
+            pending, _ = self._node_groups(sorted(set(np.flatnonzero(silent).tolist()) | set(singles)))
+            singles = [r for r in singles if int(self.topo.node_of[r]) not in pending]
         wave_info = {
             "casualties": len(wave),
             "first": [{"rank": c.rank, "how": c.how, "at": c.at} for c in wave[:8]],
@@ -533,14 +541,21 @@ class JobDetector:
             return
         confirmed = [r for r in roots if now - self._rank_hot[r] >= cfg.hold_s]
         nodes, singles = self._node_groups(sorted(roots))
+        # a node already reported keeps every root on it (its ranks flicker in and out of the evidence)
+        active_nodes = {
+            n for n in range(len(topo.node_names)) if self._tracks.get(f"noncomm_slow:node:{topo.node_names[n]}")
+        }
+        for r in list(singles):
+            n = int(topo.node_of[r])
+            if n in active_nodes:
+                singles.remove(r)
+                nodes.setdefault(n, []).append(r)
         groups: list[tuple[str, list[int], list[int]]] = []
         for n, rs in nodes.items():
             conf = [r for r in rs if r in confirmed]
             total = len(topo.node_ranks().get(n, []))
-            if len(conf) >= max(2, cfg.node_share * total) or self._tracks.get(
-                self._base("noncomm_slow", "node", rs, [n], None)["key"]
-            ):
-                groups.append(("node", rs, [n]))
+            if len(conf) >= max(2, cfg.node_share * total) or n in active_nodes:
+                groups.append(("node", sorted(rs), [n]))
         groups += [("rank", [r], [int(topo.node_of[r])]) for r in singles if r in confirmed]
         for level, rs, ns in groups:
             w = min(0.95, max(self._imposed(r) for r in rs))

@@ -30,8 +30,8 @@ from rankwatch.detector.topology import Topology
 
 __all__ = ["LatenessTracker", "Straggler"]
 
-_K = 8  # buckets kept per slot
-_M = 3  # most recent non-empty buckets the median is taken over
+_K = 10  # buckets kept per slot
+_M = 5  # most recent non-empty buckets the median is taken over
 
 
 @dataclass(slots=True)
@@ -239,7 +239,13 @@ class LatenessTracker:
         hot = mature & np.nan_to_num(on | stay, nan=False).astype(bool)
         self.hot[sl] = hot
         # baselines learn only from slots that look normal, once past the first blocks
-        calm = has & ~hot & (cs == 0) & ~(np.nan_to_num(ex_late, nan=0.0) >= thr) & (self.ncells[sl] >= cfg.warm_cells // 2)
+        calm = (
+            has
+            & ~hot
+            & (cs == 0)
+            & ~(np.nan_to_num(ex_late, nan=0.0) >= thr)
+            & (self.ncells[sl] >= cfg.warm_cells // 2)
+        )
         calm &= now - self.first_data[sl] >= 2 * cfg.ops_tau_s  # op rates settled
         # nothing a rank does while it is (or waits on) a suspect is normal: freeze all its baselines
         busy = (cs > 0) | hot
@@ -250,12 +256,15 @@ class LatenessTracker:
         calm &= ~busy_rank[topo.slot_rank]
         age = self.base_age[sl]
         a = np.where(age < cfg.baseline_warm_s, dt / np.maximum(age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
+        # faults only ever add lateness and time inside ops: a baseline follows a drop five times
+        # faster than a rise, so a slow start (compilation, the first step) does not stay in it
         for base, x in ((self.base_late[sl], ml), (self.base_dur[sl], md)):
             ok = calm & np.isfinite(x)
             fresh = ok & np.isnan(base)
             base[fresh] = x[fresh]
             upd = ok & ~fresh
-            base[upd] += a[upd] * (x[upd] - base[upd])
+            d = x[upd] - base[upd]
+            base[upd] += np.minimum(1.0, np.where(d < 0, 5.0, 1.0) * a[upd]) * d
         age[calm] += dt
         # the usual fluctuation of the excess: learned from every judged sample but hot ones (learning
         # only from calm samples would never see the fluctuations that matter), outliers clipped
@@ -270,7 +279,7 @@ class LatenessTracker:
         self.noise_age[sl][ok] += dt
         self.late_rate, self.dur_rate, self.ex_late, self.ex_dur = late, dur, ex_late, ex_dur
         self.thr, self.frac = thr, frac
-        return self._roots(hot, topo)
+        return self._roots(hot, topo, frozen_ch)
 
     def _lower_median(self, x: np.ndarray, topo: Topology) -> np.ndarray:
         """Per slot: the lower median of ``x`` over its channel's members."""
@@ -290,7 +299,7 @@ class LatenessTracker:
             self.bo[:n][:, order].sum(axis=1, dtype=np.float64),
         )
 
-    def _roots(self, hot: np.ndarray, topo: Topology) -> dict[int, Straggler]:
+    def _roots(self, hot: np.ndarray, topo: Topology, frozen_ch: np.ndarray | None) -> dict[int, Straggler]:
         cand = np.flatnonzero(hot)
         if not cand.shape[0]:
             return {}
@@ -298,19 +307,31 @@ class LatenessTracker:
         n = topo.n_slots
         wl, wd, wo = self._window(n)
         # seconds inside ops beyond each slot's own per-op baseline, over one common recent window
-        extra = np.nan_to_num(wd - self.base_dur[:n] * wo, nan=0.0)
+        extra = np.clip(np.nan_to_num(wd - self.base_dur[:n] * wo, nan=0.0), 0.0, None)
+        total = np.bincount(topo.slot_rank, extra, topo.world)
+        elsewhere = total[topo.slot_rank] - extra  # per slot: its rank's extra inside other groups' ops
+        # ...compared with what the other members of the same group spent elsewhere at the same time:
+        # ranks that all waited on the same upstream delay are equals; the one that is later still is not
+        rel = elsewhere - self._lower_median(elsewhere, topo)
         multi = (topo.ch_parent[topo.slot_ch] < 0) & (topo.ch_size[topo.slot_ch] >= 2)
+        hot_in_ch = np.bincount(topo.slot_ch, hot.astype(np.float64), topo.n_channels)
         out: dict[int, Straggler] = {}
         for s in cand.tolist():
             r = int(topo.slot_rank[s])
             mine = slots_of[ptr[r] : ptr[r + 1]]
             if topo.ch_parent[topo.slot_ch[s]] >= 0 and multi[mine].any():
                 continue  # pipeline waits follow the schedule; a straggler also shows in its groups
-            others = mine[topo.slot_ch[mine] != topo.slot_ch[s]]
+            if frozen_ch is not None and frozen_ch.shape[0] and frozen_ch[topo.slot_ch[mine]].any():
+                continue  # its transfers are slow: that is the suspect, its lateness follows from it
             late_s = float(wl[s] - np.nan_to_num(self.ref_lop[s]) * wo[s])
             # a victim spends its lateness inside other ops (waiting, or in slow transfers);
             # a straggler spends it outside any op
-            if others.shape[0] and float(extra[others].sum()) >= self.cfg.explain_k * late_s:
+            if float(rel[s]) >= self.cfg.explain_k * late_s:
+                continue
+            # ...or it waited, in another group, for a member that is late there itself
+            others = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & ~hot[mine]]
+            waited = others[(hot_in_ch[topo.slot_ch[others]] > 0) & (extra[others] > 0.2 * late_s)]
+            if waited.shape[0]:
                 continue
             ex = float(self.ex_late[s])
             got = out.get(r)

@@ -9,6 +9,9 @@ for tests and demos.
 Each fault is placed where the topology lets the evidence tell it apart (a NIC on a node that
 talks to at least two other nodes, a link between pipeline neighbours, a GPU's NIC on a rank with
 traffic to two other ranks), so the expected answer is the finest level the evidence supports.
+Communication *hangs* are injected on pipeline links and on a node's NVLink only: when a NIC dies,
+its node's ranks freeze in whichever transfer they were in, so the stuck evidence names that one
+link (or, for a ring collective over many nodes, the whole ring) — see docs/detector.md.
 """
 
 from __future__ import annotations
@@ -121,7 +124,9 @@ def _places(lay: Layout) -> dict[str, list[tuple[int, ...]]]:
     return {"link": sorted(links), "nic": nics, "rnic": rnics}
 
 
-def _faults_for(kind: str, lay: Layout, rng: np.random.Generator, onset: float, rate: float) -> tuple[Fault, ...] | None:
+def _faults_for(
+    kind: str, lay: Layout, rng: np.random.Generator, onset: float, rate: float
+) -> tuple[Fault, ...] | None:
     """One fault of ``kind`` at a random valid place; None if the layout has no such place."""
     world = lay.world
     n_nodes = lay.n_nodes
@@ -133,7 +138,9 @@ def _faults_for(kind: str, lay: Layout, rng: np.random.Generator, onset: float, 
     node = int(rng.integers(n_nodes))
     places = _places(lay)
     if kind == "straggler":
-        return (Fault("slow_compute", "rank", ranks=(rank,), factor=float(rng.choice([1.2, 1.3, 1.5, 2.0])), onset=onset),)
+        return (
+            Fault("slow_compute", "rank", ranks=(rank,), factor=float(rng.choice([1.2, 1.3, 1.5, 2.0])), onset=onset),
+        )
     if kind == "straggler_mild":
         return (Fault("slow_compute", "rank", ranks=(rank,), factor=1.1, onset=onset),)
     if kind == "straggler_node":
@@ -176,12 +183,15 @@ def _faults_for(kind: str, lay: Layout, rng: np.random.Generator, onset: float, 
         return (Fault("hang_compute", "rank", ranks=(rank,), onset=onset),)
     if kind == "hang_node":
         return (Fault("hang_compute", "node", nodes=(node,), onset=onset),)
-    if kind in ("hang_link", "hang_nic"):
-        where = "link" if kind == "hang_link" else "nic"
-        pl = pick(places[where])
+    if kind == "hang_link":
+        pl = pick(places["link"])
         if pl is None:
             return None
-        return (Fault("hang_comm", where, nodes=pl, onset=onset),)
+        return (Fault("hang_comm", "link", nodes=pl, onset=onset),)
+    if kind == "hang_nvl":
+        if lay.tp < 2:
+            return None
+        return (Fault("hang_comm", "nvl", nodes=(node,), onset=onset),)
     if kind == "stop_rank":
         return (Fault("stop", "rank", ranks=(rank,), onset=onset),)
     if kind == "stop_node":
@@ -189,7 +199,9 @@ def _faults_for(kind: str, lay: Layout, rng: np.random.Generator, onset: float, 
     if kind == "crash":
         return (Fault("crash", "rank", ranks=(rank,), onset=onset, kill_after=float(rng.choice([0.5, 2.0, 5.0]))),)
     if kind == "crash_silent":
-        return (Fault("crash", "rank", ranks=(rank,), onset=onset, silent=True, kill_after=float(rng.choice([1.0, 3.0]))),)
+        return (
+            Fault("crash", "rank", ranks=(rank,), onset=onset, silent=True, kill_after=float(rng.choice([1.0, 3.0]))),
+        )
     raise ValueError(f"unknown fault class {kind!r}")
 
 
@@ -207,7 +219,7 @@ FAULT_CLASSES = (
     "hang_rank",
     "hang_node",
     "hang_link",
-    "hang_nic",
+    "hang_nvl",
     "stop_rank",
     "stop_node",
     "crash",
