@@ -10,7 +10,8 @@ rest. ``cell_stats`` then computes, for all those cells at once, what the princi
   for it; the last to arrive spends the least time inside). Never the median: when half a group
   is slow, the median sits between the halves;
 - its *wait* per op: its own mean minus the shortest (how long it waited for others);
-- the cell's *transfer* time per op: the shortest mean, the part nobody waits for.
+- the cell's *transfer* time: the shortest time any member spent inside any of its ops, the
+  part nobody waits for.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ class CellStats:
     c_ch: np.ndarray
     c_cls: np.ndarray
     c_cnt: np.ndarray
-    c_transfer: np.ndarray  # seconds per op: the shortest mean
+    c_transfer: np.ndarray  # seconds per op: the shortest time inside any op, any member
     c_max: np.ndarray  # longest single op time inside, any member
     c_t: np.ndarray
     c_n: np.ndarray
@@ -174,9 +175,12 @@ def cell_stats(r: np.ndarray) -> CellStats:
         cmin = np.minimum.reduceat(mean, cst)
         ccnt = np.maximum.reduceat(cnt, cst)
         cmx = np.maximum.reduceat(r["mx"], cst)
+        # the transfer: the shortest time any member spent inside any op of the block (a mean of
+        # means would mix up ops where different members arrived last)
+        cmn = np.minimum.reduceat(r["mn"], cst)
         ct = np.maximum.reduceat(r["t_last"], cst)
     else:
-        cmax = cmin = ccnt = cmx = ct = np.zeros(0)
+        cmax = cmin = ccnt = cmx = ct = cmn = np.zeros(0)
     late_op = cmax[cell] - mean
     spread = (cmax - cmin)[cell]
     ckey = key[cst]
@@ -193,7 +197,7 @@ def cell_stats(r: np.ndarray) -> CellStats:
         c_ch=key_channel(ckey),
         c_cls=key_class(ckey),
         c_cnt=ccnt,
-        c_transfer=cmin,
+        c_transfer=cmn,
         c_max=cmx,
         c_t=ct,
         c_n=npres,

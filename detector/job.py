@@ -147,17 +147,13 @@ class JobDetector:
 
     def _slots(self, bb: BlockBatch, chans: np.ndarray, ranks: np.ndarray, gi: np.ndarray) -> np.ndarray:
         """Slot of each (rank, batch group index) pair; -1 where unknown."""
-        topo = self.topo
-        ch = np.where(gi < chans.shape[0], chans[np.minimum(gi, max(0, chans.shape[0] - 1))], -1)
-        out = np.full(ranks.shape[0], -1, np.int64)
-        for i in np.flatnonzero(ch >= 0).tolist():
-            c = int(ch[i])
-            g = bb.group_rank.get((int(ranks[i]), int(gi[i])))
-            if g is None:
-                g = int(topo.group_rank(c, ranks[i : i + 1])[0])
-            if 0 <= g < int(topo.ch_size[c]) and int(topo.ch_members[c][g]) == int(ranks[i]):
-                out[i] = int(topo.ch_off[c]) + g
-        return out
+        ok = (gi >= 0) & (gi < chans.shape[0])
+        ch = (
+            np.where(ok, chans[np.clip(gi, 0, max(0, chans.shape[0] - 1))], -1)
+            if chans.shape[0]
+            else np.full(gi.shape, -1)
+        )
+        return self.topo.slot_of(ch.astype(np.int64), ranks.astype(np.int64))
 
     def _ingest_progress(self, bb: BlockBatch, chans: np.ndarray, offset: np.ndarray) -> None:
         topo, prog = self.topo, self.prog
@@ -173,12 +169,9 @@ class JobDetector:
             since = np.where(p["inflight_since_ns"] >= 0, p["inflight_since_ns"] * 1e-9 + offset[ranks[ok]], np.nan)
             prog.since[s] = since
         # point-to-point ops in flight: clear what these ranks had, then set what they say now
-        ptr, slots_of = topo.rank_slots()
         prog.ensure(topo.n_slots, topo.n_channels)
-        for r in bb.ranks["rank"].tolist():
-            mine = slots_of[ptr[r] : ptr[r + 1]] if r + 1 < ptr.shape[0] else np.zeros(0, np.int64)
-            mine = mine[topo.ch_parent[topo.slot_ch[mine]] >= 0]
-            prog.since[mine] = np.nan
+        mine = topo.slots_of_ranks(bb.ranks["rank"])
+        prog.since[mine[topo.ch_parent[topo.slot_ch[mine]] >= 0]] = np.nan
         pp = bb.p2p
         if pp.shape[0]:
             slots = self._p2p_slots(bb, chans, pp["rank"], pp["group"], pp["kind"], pp["peer"])
@@ -231,6 +224,7 @@ class JobDetector:
         ok = slots >= 0
         if not ok.all():
             b, slots, p2p = b[ok], slots[ok], p2p[ok]
+            kind = b["kind"]
         if not b.shape[0]:
             return
         prog.ensure(topo.n_slots, topo.n_channels)
@@ -244,6 +238,7 @@ class JobDetector:
         same = cur == bs
         if not same.all():  # members disagree on the block size: the group's first word stands
             b, slots, p2p, ch = b[same], slots[same], p2p[same], ch[same]
+            kind = b["kind"]
         np.maximum.at(prog.wm, slots, b["seq_hi"])
         if p2p.any():
             ps = slots[p2p]

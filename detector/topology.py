@@ -73,6 +73,9 @@ class Topology:
         self._p2p: dict[tuple[int, int, int], int] = {}
         self._places: dict[int, frozenset[Place]] = {}
         self._rank_slots: tuple[np.ndarray, np.ndarray] | None = None
+        self._slot_index: tuple[np.ndarray, np.ndarray] | None = None
+        self._p2p_keys = np.zeros(0, np.int64)
+        self._p2p_vals = np.zeros(0, np.int64)
         self.version = 0
 
     # -- sizes -------------------------------------------------------------------------------------
@@ -151,6 +154,7 @@ class Topology:
         self._slot_rank.extend(members)
         self._slot_ch.extend(np.full(members.shape[0], ch, np.int64))
         self._rank_slots = None
+        self._slot_index = None
         self.version += 1
         return ch
 
@@ -186,6 +190,19 @@ class Topology:
             return self._add_channel(gid, str(e.get("desc", "")), members)
         return None
 
+    def slot_of(self, ch: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+        """Slot of each (channel, global rank) pair; -1 where the rank is not a member."""
+        if self._slot_index is None:
+            key = self.slot_ch * (1 << 32) + self.slot_rank
+            order = np.argsort(key, kind="stable")
+            self._slot_index = (key[order], order)
+        keys, order = self._slot_index
+        ok = ch >= 0
+        want = np.where(ok, ch, 0).astype(np.int64) * (1 << 32) + ranks.astype(np.int64)
+        pos = np.minimum(np.searchsorted(keys, want), max(0, keys.shape[0] - 1))
+        hit = ok & (keys.shape[0] > 0) & (keys[pos] == want) if keys.shape[0] else np.zeros(ch.shape[0], bool)
+        return np.where(hit, order[pos] if keys.shape[0] else -1, -1)
+
     def group_rank(self, ch: int, ranks: np.ndarray) -> np.ndarray:
         """Position of each global rank in channel ``ch`` (-1 if not a member)."""
         m = self._grank[ch]
@@ -199,8 +216,14 @@ class Topology:
         if not parent.shape[0]:
             return out
         key = (parent.astype(np.int64) << 40) | (src.astype(np.int64) << 20) | dst.astype(np.int64)
+        if self._p2p_keys.shape[0]:
+            pos = np.minimum(np.searchsorted(self._p2p_keys, key), self._p2p_keys.shape[0] - 1)
+            found = self._p2p_keys[pos] == key
+            if found.all():
+                return self._p2p_vals[pos]
         uniq, inv = np.unique(key, return_inverse=True)
         chans = np.empty(uniq.shape[0], np.int64)
+        added = False
         for i, k in enumerate(uniq.tolist()):
             p, a, b = k >> 40, (k >> 20) & 0xFFFFF, k & 0xFFFFF
             ch = self._p2p.get((p, a, b))
@@ -214,14 +237,31 @@ class Topology:
                     "p2p",
                     np.array([members[a], members[b]], dtype=np.int64),
                     parent=p,
-                    block=1,
+                    block=0,
                 )
                 self._p2p[(p, a, b)] = ch
+                added = True
             chans[i] = ch
+        if added:
+            items = sorted(((p << 40) | (a << 20) | b, c) for (p, a, b), c in self._p2p.items())
+            self._p2p_keys = np.array([k for k, _ in items], np.int64)
+            self._p2p_vals = np.array([c for _, c in items], np.int64)
         return chans[inv]
 
     def set_block(self, ch: np.ndarray, block: np.ndarray) -> None:
         self._ch_block.a[ch] = block
+
+    def slots_of_ranks(self, ranks: np.ndarray) -> np.ndarray:
+        """All slots of the given ranks, concatenated."""
+        ptr, slots = self.rank_slots()
+        r = np.asarray(ranks, dtype=np.int64)
+        r = r[(r >= 0) & (r < self.world)]
+        lo, hi = ptr[r], ptr[r + 1]
+        n = hi - lo
+        if not n.sum():
+            return np.zeros(0, np.int64)
+        idx = np.repeat(lo - np.r_[0, np.cumsum(n)[:-1]], n) + np.arange(int(n.sum()))
+        return slots[idx]
 
     def rank_slots(self) -> tuple[np.ndarray, np.ndarray]:
         """CSR of slots per rank: ``slots[ptr[r]:ptr[r+1]]`` are rank r's slots."""

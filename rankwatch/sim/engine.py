@@ -282,7 +282,7 @@ class Engine:
         if prof.net_spike_p:
             spike = self.rng.uniform(0, 1, n) < prof.net_spike_p
             t = np.where(spike, t * prof.net_spike_x, t)
-        if self.step == 0 and prof.init_s and key not in self.first_done:
+        if self.step == 0 and prof.init_s and key not in self.first_done and key[0] != "pp":
             self.first_done.add(key)
             t = t + prof.init_s * (1.0 + 0.5 * self.rng.uniform(0, 1, n))
         return t

@@ -61,7 +61,7 @@ PROFILES: dict[str, Profile] = {
         Profile("quiet"),
         Profile("cpu_noise", cpu_sigma=0.08, net_sigma=0.08, net_spike_p=0.002, hetero_sigma=0.01),
         Profile("gc", cpu_sigma=0.04, gc_rate=0.05, gc_s=0.2),
-        Profile("first_step", cpu_sigma=0.03, first_step_x=12.0, init_s=2.0),
+        Profile("first_step", cpu_sigma=0.03, first_step_x=6.0, init_s=1.0),
         Profile("checkpoint", cpu_sigma=0.03, ckpt_every=40, ckpt_s=4.0, ckpt_skew_s=1.5),
         Profile("data", cpu_sigma=0.03, step_sigma=0.25, rank_step_sigma=0.06),
         Profile(
@@ -71,8 +71,8 @@ PROFILES: dict[str, Profile] = {
             net_spike_p=0.001,
             gc_rate=0.03,
             gc_s=0.2,
-            first_step_x=8.0,
-            init_s=1.0,
+            first_step_x=4.0,
+            init_s=0.5,
             ckpt_every=50,
             ckpt_s=3.0,
             ckpt_skew_s=1.0,
@@ -130,7 +130,9 @@ class Workload:
         else:
             mb, tp_ops, dp_ops = 4, 12, 4
         w = cls(microbatches=mb, tp_ops=tp_ops, dp_ops=dp_ops, **kw)  # type: ignore[arg-type]
-        return dataclasses.replace(w, step_s=w.ops_per_step(layout) / coll_per_s)
+        # a pipeline's step lasts (microbatches + stages - 1) / microbatches of one stage's work
+        bubble = (mb + layout.pp - 1) / mb
+        return dataclasses.replace(w, step_s=w.ops_per_step(layout) / coll_per_s / bubble)
 
 
 @dataclass(frozen=True)
