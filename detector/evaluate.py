@@ -115,7 +115,8 @@ def run_scenario(
                 r.last = now
                 r.slowdown = f.slowdown
 
-    for d in deliveries(sc):
+    step_log: list[float] = []
+    for d in deliveries(sc, step_log):
         while d.received_at > t_next:
             tick(t_next)
             t_next += eval_every
@@ -154,7 +155,7 @@ def run_scenario(
         reported=list(reported.values()),
         latency=latency,
         resolved=resolved,
-        true_slowdown=job_slowdown(sc),
+        true_slowdown=job_slowdown(sc, step_log),
         coll_per_s=n_coll / max(1, lay.world) / sc.duration,
         cpu_s=cpu,
         findings_sample=sample,

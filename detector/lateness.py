@@ -268,14 +268,15 @@ class LatenessTracker:
         age[calm] += dt
         # the usual fluctuation of the excess: learned from every judged sample but hot ones (learning
         # only from calm samples would never see the fluctuations that matter), outliers clipped
-        dev = np.minimum(np.abs(ex_late), 3.0 * thr)
+        # (root mean square, so that rare large swings — uneven batches — count for what they are)
+        dev = np.minimum(np.abs(ex_late), 3.0 * thr) ** 2
         nz = self.noise[sl]
         ok = has & ~hot & np.isfinite(dev) & (self.ncells[sl] >= cfg.warm_cells // 2)
         ok &= now - self.first_data[sl] >= 2 * cfg.ops_tau_s
         first = ok & np.isnan(nz)
-        nz[first] = dev[first]
+        nz[first] = np.sqrt(dev[first])
         upd = ok & ~first
-        nz[upd] += a[upd] * (dev[upd] - nz[upd])
+        nz[upd] = np.sqrt(nz[upd] ** 2 + a[upd] * (dev[upd] - nz[upd] ** 2))
         self.noise_age[sl][ok] += dt
         self.late_rate, self.dur_rate, self.ex_late, self.ex_dur = late, dur, ex_late, ex_dur
         self.thr, self.frac = thr, frac
@@ -326,7 +327,7 @@ class LatenessTracker:
             late_s = float(wl[s] - np.nan_to_num(self.ref_lop[s]) * wo[s])
             # a victim spends its lateness inside other ops (waiting, or in slow transfers);
             # a straggler spends it outside any op
-            if float(rel[s]) >= self.cfg.explain_k * late_s:
+            if float(rel[s]) >= self.cfg.explain_k * late_s or float(elsewhere[s]) >= 1.5 * late_s:
                 continue
             # ...or it waited, in another group, for a member that is late there itself
             others = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & ~hot[mine]]

@@ -114,6 +114,16 @@ class Engine:
         self._build_costs()
         self._build_channel_masks()
         self.programs = [self._program(p) for p in range(lay.pp)]
+        # per stage: its ranks and group indices, and which ranks each straggler fault hits
+        self.st_ranks = [lay.stage_ranks(p) for p in range(lay.pp)]
+        self.st_flat = [r.ravel() for r in self.st_ranks]
+        self.st_tp = [lay.tp_gidx(p) for p in range(lay.pp)]
+        self.st_dp = [lay.dp_gidx(p) for p in range(lay.pp)]
+        self.pp_g = lay.pp_gidx()
+        self.slow_hit = {
+            id(f): np.isin(np.arange(world), f.hit_ranks(lay.gpus_per_node, world)) for f in self.slow_compute
+        }
+        self.step_ends: list[float] = []
 
     # -- set-up ------------------------------------------------------------------------------------
     def _build_costs(self) -> None:
@@ -244,6 +254,9 @@ class Engine:
                 raise RuntimeError("pipeline schedule deadlocked")
         if ckpt:
             self._checkpoint()
+        fin = self.t_free[np.isfinite(self.t_free)]
+        if fin.size:
+            self.step_ends.append(float(fin.max()))
         return OpChunk.concat(self.out)
 
     # -- ops ---------------------------------------------------------------------------------------
@@ -251,7 +264,7 @@ class Engine:
         return np.where(end > self.t_stop[ranks], np.inf, end)
 
     def _compute(self, p: int, what: str) -> None:
-        ranks = self.lay.stage_ranks(p).ravel()
+        ranks = self.st_flat[p]
         base = {"data": self.c_data, "fwd": self.c_fwd, "bwd": self.c_bwd, "opt": self.c_opt}[what]
         self._compute_ranks(ranks, base)
 
@@ -265,7 +278,7 @@ class Engine:
         if self.rank_factor is not None:
             dur = dur * self.rank_factor[ranks]
         for f in self.slow_compute:
-            hit = np.isin(ranks, f.hit_ranks(self.lay.gpus_per_node, self.lay.world))
+            hit = self.slow_hit[id(f)][ranks]
             if hit.any():
                 dur = np.where(hit & f.active_mask(start), dur * f.factor, dur)
         if prof.gc_rate:
@@ -362,26 +375,23 @@ class Engine:
         self.t_free[flat_r] = self._stop(flat_r, end_flat)
 
     def _tp(self, p: int) -> None:
-        st = self.lay.stage_ranks(p)
         masks = [m[p] for m in self.tp_mask]
-        self._collective(st, 1, self.lay.tp_gidx(p), _AR, self.wl.tp_bytes, self.t_tp, masks, ("tp", p))
+        self._collective(self.st_ranks[p], 1, self.st_tp[p], _AR, self.wl.tp_bytes, self.t_tp, masks, ("tp", p))
 
     def _dp(self, p: int) -> None:
-        st = self.lay.stage_ranks(p)
         masks = [m[p] for m in self.dp_mask]
-        self._collective(st, 0, self.lay.dp_gidx(p), _RS, self.wl.dp_bytes, self.t_dp, masks, ("dp", p))
+        self._collective(self.st_ranks[p], 0, self.st_dp[p], _RS, self.wl.dp_bytes, self.t_dp, masks, ("dp", p))
 
     def _p2p(self, src: int, dst: int, direction: str) -> None:
-        lay = self.lay
-        a = lay.stage_ranks(src)
-        b = lay.stage_ranks(dst)
+        a = self.st_ranks[src]
+        b = self.st_ranks[dst]
         sa, sb = self.t_free[a], self.t_free[b]
         last = np.maximum(sa, sb)
         boundary = min(src, dst)
         masks = [m[boundary] for m in self.pp_mask]
         t = self._transfer(self.t_pp, last.size, ("pp", boundary, direction)).reshape(last.shape)
         end = last + t * self._comm_factor(masks, last)
-        gidx = lay.pp_gidx()
+        gidx = self.pp_g
         seq = self._next_seq(("p2p", src, dst))
         self._emit(a.ravel(), gidx.ravel(), _SEND, dst, seq, self.wl.pp_bytes, sa.ravel(), end.ravel())
         self._emit(b.ravel(), gidx.ravel(), _RECV, src, seq, self.wl.pp_bytes, sb.ravel(), end.ravel())

@@ -244,9 +244,16 @@ class RankShippers:
         return Delivery(ts + latency, Batch(header=header, records=records))
 
 
-def deliveries(sc: Scenario) -> Iterator[Delivery]:
-    """Every batch of a scenario, in the order the collector receives them."""
+def deliveries(sc: Scenario, step_ends: list[float] | None = None) -> Iterator[Delivery]:
+    """Every batch of a scenario, in the order the collector receives them.
+
+    Args:
+        sc: the scenario.
+        step_ends: if given, receives the server time each training step ended (for ground truth).
+    """
     engine = Engine(sc)
+    if step_ends is not None:
+        engine.step_ends = step_ends
     ship = RankShippers(sc, engine)
     steps = engine.steps(sc.duration + 1.0)
     pending: list[Delivery] = []

@@ -69,9 +69,8 @@ def _scenario(
     duration: float | None = None,
 ) -> Scenario:
     if duration is None:
-        duration = 45.0 if rate >= 500 or lay.world >= 64 else 75.0
-        if not faults:
-            duration = 60.0 if rate >= 500 or lay.world >= 64 else 150.0
+        big = rate >= 500 or lay.world >= 64
+        duration = (40.0 if big else 60.0) if faults else (45.0 if big else 120.0)
     return Scenario(
         name=name,
         layout=lay,
@@ -232,21 +231,21 @@ def build_suite(split: str = "tune", *, per_class: int | None = None, healthy: i
 
     Args:
         split: ``smoke``, ``tune`` or ``heldout``.
-        per_class: scenarios per fault class (default: 12 for ``tune``, 6 for ``heldout``, 1 for ``smoke``).
-        healthy: healthy runs (default: 42 for ``tune``, 20 for ``heldout``, 2 for ``smoke``).
+        per_class: scenarios per fault class (default: 10 for ``tune``, 5 for ``heldout``, 1 for ``smoke``).
+        healthy: healthy runs (default: 36 for ``tune``, 16 for ``heldout``, 2 for ``smoke``).
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}")
     if split == "heldout":
         layouts, profiles, rates, seed0 = HELDOUT_LAYOUTS, list(HELDOUT_PROFILES.values()), _HELDOUT_RATES, HELDOUT_SEED
-        per_class = 6 if per_class is None else per_class
-        healthy = 20 if healthy is None else healthy
+        per_class = 5 if per_class is None else per_class
+        healthy = 16 if healthy is None else healthy
     else:
         layouts = LAYOUTS
         profiles = [PROFILES[p] for p in _TUNE_PROFILES]
         rates, seed0 = _TUNE_RATES, 0
-        per_class = (1 if split == "smoke" else 12) if per_class is None else per_class
-        healthy = (2 if split == "smoke" else 42) if healthy is None else healthy
+        per_class = (1 if split == "smoke" else 10) if per_class is None else per_class
+        healthy = (2 if split == "smoke" else 36) if healthy is None else healthy
         if split == "smoke":
             layouts = {"tp4dp4": LAYOUTS["tp4dp4"], "tp8pp2dp2": LAYOUTS["tp8pp2dp2"]}
             rates = (100.0,)
@@ -259,8 +258,8 @@ def build_suite(split: str = "tune", *, per_class: int | None = None, healthy: i
             ln = lay_names[int(rng.integers(len(lay_names)))]
             lay = layouts[ln]
             rate = float(rates[int(rng.integers(len(rates)))])
-            if lay.world >= 64 and rate >= 500:
-                continue  # keep the suite's cost sane: large jobs at the lower rates
+            if (lay.world > 16 and rate >= 500) or (lay.world >= 64 and rate > 100):
+                continue  # keep the suite's cost sane: the highest rates on the smaller jobs
             if lay.world >= 100 and not big_ok:
                 continue
             return ln, lay, rate, profiles[int(rng.integers(len(profiles)))]
@@ -274,7 +273,7 @@ def build_suite(split: str = "tune", *, per_class: int | None = None, healthy: i
         while made < per_class and tries < 50 * per_class:
             tries += 1
             ln, lay, rate, prof = draw(made % 4 == 3)
-            onset = float(rng.uniform(25.0, 40.0)) if rate < 500 and lay.world < 64 else float(rng.uniform(22.0, 28.0))
+            onset = float(rng.uniform(22.0, 32.0)) if rate < 500 and lay.world < 64 else float(rng.uniform(18.0, 22.0))
             faults = _faults_for(cls, lay, rng, onset, rate)
             if faults is None:
                 continue
