@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rankwatch.detector.evaluate import evaluate_suite
+from rankwatch.detector.evaluate import ScenarioResult, evaluate_suite
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,13 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verbose", "-v", action="store_true")
     args = ap.parse_args(argv)
 
-    def progress(res: object) -> None:
+    def progress(res: ScenarioResult) -> None:
         if args.verbose:
-            r = res  # type: ignore[assignment]
-            print(
-                f"  {r.name:<40} cpu={r.cpu_s:5.1f}s coll/s={r.coll_per_s:6.0f} lat={r.latency} false={len(r.false_suspects)}",
-                file=sys.stderr,
-            )
+            lat = [None if x is None else round(x, 1) for x in res.latency]
+            line = f"  {res.name:<40} cpu={res.cpu_s:5.1f}s coll/s={res.coll_per_s:6.0f} lat={lat}"
+            print(f"{line} false={len(res.false_suspects)}", file=sys.stderr)
 
     rep = evaluate_suite(
         args.split, workers=args.workers, only=args.only, eval_every=args.eval_every, progress=progress

@@ -58,7 +58,7 @@ class DetectorConfig:
     hang_warm_floor_s: float = 30.0
     """Floor while a group has little history (start-up, compilation, the first step)."""
     hang_warm_cells: int = 16
-    """Blocks a group needs before its history counts (twice this before ``hang_floor_s`` applies)."""
+    """A group's first blocks, left out of its history (``hang_floor_s`` applies from 8 blocks later)."""
     hang_hist_tau_s: float = 300.0
     """Time constant with which a group's history of long ops fades (periodic ones stay)."""
     dead_after_s: float = 6.0

@@ -167,6 +167,17 @@ def _run_one(args: tuple[Scenario, DetectorConfig | None, float]) -> ScenarioRes
     return run_scenario(sc, cfg, eval_every=every)
 
 
+OPTIONAL_BELOW = 1.03
+"""Slow faults making the job less than this much slower need not be reported (an effect that
+does not matter: DetectorConfig.min_effect); naming them is right, missing them is not a miss."""
+
+
+def _required(res: ScenarioResult, i: int) -> bool:
+    if res.expected[i].kind not in ("noncomm_slow", "comm_slow"):
+        return True
+    return res.true_slowdown is None or res.true_slowdown >= OPTIONAL_BELOW
+
+
 @dataclass(slots=True)
 class SuiteReport:
     split: str
@@ -177,14 +188,16 @@ class SuiteReport:
         """Per fault kind: the numbers the table prints."""
         out = []
         for kind in KINDS:
-            faults = [(res, i) for res in self.results for i, e in enumerate(res.expected) if e.kind == kind]
+            every = [(res, i) for res in self.results for i, e in enumerate(res.expected) if e.kind == kind]
+            faults = [(res, i) for res, i in every if _required(res, i)]
+            optional = [(res, i) for res, i in every if not _required(res, i)]
             reps = [r for res in self.results for r in res.reported if r.kind == kind]
             right = [r for r in reps if r.match >= 0]
-            lat = [res.latency[i] for res, i in faults if res.latency[i] is not None]
+            lat = [float(x) for res, i in faults if (x := res.latency[i]) is not None]
             strong = [
-                res.latency[i]
+                float(x)
                 for res, i in faults
-                if res.latency[i] is not None
+                if (x := res.latency[i]) is not None
                 and (kind not in ("noncomm_slow", "comm_slow") or (res.true_slowdown or 0.0) >= 1.2)
             ]
             found = sum(1 for res, i in faults if res.latency[i] is not None)
@@ -203,6 +216,7 @@ class SuiteReport:
                     "strong_med": float(np.median(strong)) if strong else math.nan,
                     "strong_p95": float(np.percentile(strong, 95)) if strong else math.nan,
                     "resolved": (sum(bool(x) for x in res_checks), len(res_checks)),
+                    "optional": (sum(1 for res, i in optional if res.latency[i] is not None), len(optional)),
                 }
             )
         return out
@@ -215,17 +229,19 @@ class SuiteReport:
     def table(self) -> str:
         lines = [
             f"split={self.split}  scenarios={len(self.results)}  wall={self.wall_s:.0f}s",
-            "kind            faults  recall  reported  precision  latency med/p95 (s)  >=1.2x or hang: n  med/p95 (s)  resolved",
+            "kind            faults  recall  reported  precision  latency med/p95 (s)"
+            "  >=1.2x or hang: n  med/p95 (s)  resolved  <1.03x found",
         ]
         for r in self.rows():
             ok, n = r["resolved"]
             lines.append(
                 f"{r['kind']:<15} {r['faults']:>6}  {_f(r['recall'])}  {r['reported']:>8}  {_f(r['precision']):>9}  "
                 f"{_f(r['lat_med'], 1):>7} / {_f(r['lat_p95'], 1):<9}  {r['strong_n']:>18}  "
-                f"{_f(r['strong_med'], 1):>4} / {_f(r['strong_p95'], 1):<5}  {ok}/{n}"
+                f"{_f(r['strong_med'], 1):>4} / {_f(r['strong_p95'], 1):<5}  {ok:>3}/{n:<4}  "
+                f"{r['optional'][0]}/{r['optional'][1]}"
             )
         all_reps = [r for res in self.results for r in res.reported if not res.healthy]
-        all_faults = [(res, i) for res in self.results for i in range(len(res.expected))]
+        all_faults = [(res, i) for res in self.results for i in range(len(res.expected)) if _required(res, i)]
         right = sum(1 for r in all_reps if r.match >= 0)
         found = sum(1 for res, i in all_faults if res.latency[i] is not None)
         lines.append(
@@ -246,13 +262,13 @@ class SuiteReport:
         """Scenarios with a missed fault or a false suspect, for tuning."""
         lines = []
         for res in self.results:
-            miss = [i for i, lat in enumerate(res.latency) if lat is None]
+            miss = [i for i, lat in enumerate(res.latency) if lat is None and _required(res, i)]
             false = res.false_suspects
             if miss or false:
+                missed = [(res.expected[i].kind, res.expected[i].level, res.expected[i].nodes) for i in miss]
                 lines.append(
                     f"{res.name} {'/'.join(res.tags)} slowdown={res.true_slowdown} "
-                    f"missed={[(res.expected[i].kind, res.expected[i].level, res.expected[i].ranks[:4], res.expected[i].nodes) for i in miss]} "
-                    f"false={[(r.key, round(r.first, 1)) for r in false]}"
+                    f"missed={missed} false={[(r.key, round(r.first, 1)) for r in false]}"
                 )
         return "\n".join(lines)
 

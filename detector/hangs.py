@@ -123,7 +123,7 @@ class ProgressTracker:
 
     def threshold(self, ch: int) -> float:
         cfg = self.cfg
-        warm = self.nq[ch] >= 2 * cfg.hang_warm_cells
+        warm = self.nq[ch] >= cfg.hang_warm_cells + 8  # its first blocks skipped, a few learned
         floor = cfg.hang_floor_s if warm else cfg.hang_warm_floor_s
         return max(floor, cfg.hang_p99_mult * self.p99(ch))
 

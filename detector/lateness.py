@@ -292,8 +292,8 @@ class LatenessTracker:
         return med[topo.slot_ch]
 
     def _window(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per slot: lateness, time inside and ops summed over the newest ``_M + 1`` buckets (same for all)."""
-        order = np.argsort(-self.bid)[: _M + 1]
+        """Per slot: lateness, time inside and ops summed over all kept buckets (the same for all)."""
+        order = np.argsort(-self.bid)
         return (
             self.bl[:n][:, order].sum(axis=1, dtype=np.float64),
             self.bd[:n][:, order].sum(axis=1, dtype=np.float64),
@@ -314,13 +314,14 @@ class LatenessTracker:
         # ...compared with what the other members of the same group spent elsewhere at the same time:
         # ranks that all waited on the same upstream delay are equals; the one that is later still is not
         rel = elsewhere - self._lower_median(elsewhere, topo)
-        multi = (topo.ch_parent[topo.slot_ch] < 0) & (topo.ch_size[topo.slot_ch] >= 2)
+        # collective groups that cross nodes: where a straggler (or a slow node) shows as lateness
+        cross = topo.ch_cross_node()[topo.slot_ch] & (topo.ch_parent[topo.slot_ch] < 0)
         hot_in_ch = np.bincount(topo.slot_ch, hot.astype(np.float64), topo.n_channels)
         out: dict[int, Straggler] = {}
         for s in cand.tolist():
             r = int(topo.slot_rank[s])
             mine = slots_of[ptr[r] : ptr[r + 1]]
-            if topo.ch_parent[topo.slot_ch[s]] >= 0 and multi[mine].any():
+            if topo.ch_parent[topo.slot_ch[s]] >= 0 and cross[mine].any():
                 continue  # pipeline waits follow the schedule; a straggler also shows in its groups
             if frozen_ch is not None and frozen_ch.shape[0] and frozen_ch[topo.slot_ch[mine]].any():
                 continue  # its transfers are slow: that is the suspect, its lateness follows from it

@@ -248,6 +248,16 @@ class Topology:
             self._p2p_vals = np.array([c for _, c in items], np.int64)
         return chans[inv]
 
+    def ch_cross_node(self) -> np.ndarray:
+        """Per channel: whether its members sit on more than one node."""
+        n = self.slot_rank.shape[0]
+        if not n:
+            return np.zeros(self.n_channels, bool)
+        node = self.node_of[self.slot_rank]
+        lo = np.minimum.reduceat(node, self.ch_off) if self.n_channels else node[:0]
+        hi = np.maximum.reduceat(node, self.ch_off) if self.n_channels else node[:0]
+        return lo != hi
+
     def set_block(self, ch: np.ndarray, block: np.ndarray) -> None:
         self._ch_block.a[ch] = block
 

@@ -42,6 +42,8 @@ class TransferTracker:
         self.EX = np.zeros(0)
         self.SF = np.zeros(0)
         self.last = np.zeros(0)
+        self.first = np.zeros(0)
+        self.ncell = np.zeros(0)
         self.cur = np.zeros(0)  # latest block transfer time, seconds per op
         # per channel results of the last ``status``
         self.ratio = np.zeros(0)
@@ -70,9 +72,10 @@ class TransferTracker:
             self.ch = grow(self.ch, 0)
             self.ch[start:] = new >> 11
             self.base = grow(self.base, np.nan)
+            self.first = grow(self.first, np.nan)
             self.n_init = grow(self.n_init, 0)
             self.init_buf = grow(self.init_buf, np.nan)
-            for name in ("S", "W", "EX", "SF", "last", "cur"):
+            for name in ("S", "W", "EX", "SF", "last", "cur", "ncell"):
                 setattr(self, name, grow(getattr(self, name), 0.0))
             allk = np.concatenate([self._keys, new])
             allp = np.concatenate([self._perm, np.arange(start, self.n)])
@@ -80,13 +83,20 @@ class TransferTracker:
             self._keys, self._perm = allk[o], allp[o]
         return self._perm[np.searchsorted(self._keys, keys)]
 
+    def _tau(self) -> np.ndarray:
+        """Per entry: the averaging time, at least four of its own blocks apart."""
+        interval = np.where(self.ncell > 1, (self.last - self.first) / np.maximum(self.ncell - 1, 1), 0.0)
+        return np.maximum(self.cfg.tau_s, 4.0 * np.nan_to_num(interval, nan=0.0))
+
     def update(self, now: float, st: CellStats, frozen_ch: np.ndarray) -> None:
         """Add analysed blocks; ``frozen_ch`` marks channels whose baselines must not learn now."""
         cfg = self.cfg
-        tau = cfg.tau_s
         dt = 0.0 if np.isnan(self.t) else max(0.0, now - self.t)
+        # each (channel, class) averages over at least four of its own blocks: a group that runs
+        # one op a second is judged over seconds, one that runs hundreds over ``tau_s``
+        tau_e = self._tau()
         if dt:
-            k = np.exp(-dt / tau)
+            k = np.exp(-dt / tau_e)
             self.S *= k
             self.W *= k
             self.EX *= k
@@ -100,6 +110,8 @@ class TransferTracker:
         e = self._entries((ch << 11) | cls)
         lt = np.log(tr)
         self.last[e] = np.maximum(self.last[e], t)
+        self.first[e] = np.fmin(self.first[e], t)
+        np.add.at(self.ncell, e, 1.0)
         self.cur[e] = tr
         # entries still learning their baseline: keep the first blocks, take their median
         learning = self.n_init[e] < _INIT
@@ -115,7 +127,7 @@ class TransferTracker:
         if not est.any():
             return
         e, lt, tr, cnt, t, ch = e[est], lt[est], tr[est], cnt[est], t[est], ch[est]
-        w = np.exp(-np.clip(now - t, 0.0, None) / tau)
+        w = np.exp(-np.clip(now - t, 0.0, None) / self._tau()[e])
         lr = lt - self.base[e]
         n = self.n
         self.S += np.bincount(e, lr * w, n)
@@ -138,19 +150,19 @@ class TransferTracker:
     def status(self, n_channels: int) -> tuple[np.ndarray, np.ndarray]:
         """(slow, healthy) boolean arrays over channels, from the moving averages."""
         cfg = self.cfg
-        tau = cfg.tau_s
         est = ~np.isnan(self.base)
         ch = self.ch
         W = np.bincount(ch, self.W * est, n_channels).astype(np.float64)
         S = np.bincount(ch, self.S * est, n_channels)
-        EX = np.bincount(ch, self.EX * est, n_channels)
+        tau_e = self._tau()
+        EX = np.bincount(ch, self.EX * est / tau_e, n_channels)
         SF = np.bincount(ch, self.SF * est, n_channels)
         wb = np.bincount(ch, np.nan_to_num(np.exp(self.base)) * self.W, n_channels)
         wc = np.bincount(ch, self.cur * self.W, n_channels)
         nest = np.bincount(ch, est.astype(np.float64), n_channels)
         safe = np.maximum(W, 1e-12)
         self.ratio = np.exp(S / safe)
-        self.ex_rate = EX / tau
+        self.ex_rate = EX.astype(np.float64)
         self.slow_frac = SF / safe
         self.weight = W
         self.base_s = wb / safe

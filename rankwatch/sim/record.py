@@ -48,7 +48,7 @@ def simulate(sc: Scenario, out: str | Path | BinaryIO) -> SimulateSummary:
         out: where the recording goes.
     """
     own = not hasattr(out, "write")
-    f: BinaryIO = open(out, "wb") if own else out  # type: ignore[assignment,arg-type]  # noqa: SIM115
+    f: BinaryIO = open(out, "wb") if own else out  # type: ignore[assignment,arg-type]
     n = recs = size = 0
     try:
         f.write(MAGIC)
@@ -72,7 +72,7 @@ def read_recording(src: str | Path | BinaryIO) -> Iterator[tuple[float, bytes]]:
         ValueError: the file is not a recording, or it is truncated.
     """
     own = not hasattr(src, "read")
-    f: BinaryIO = open(src, "rb") if own else src  # type: ignore[assignment,arg-type]  # noqa: SIM115
+    f: BinaryIO = open(src, "rb") if own else src  # type: ignore[assignment,arg-type]
     try:
         if f.read(len(MAGIC)) != MAGIC:
             raise ValueError("not a rankwatch recording (bad magic bytes)")

@@ -114,13 +114,13 @@ def _places(lay: Layout) -> dict[str, list[tuple[int, ...]]]:
     links = {(a, b) for a, b in links if len(node_partners[a]) >= 2 and len(node_partners[b]) >= 2} or (
         links if n_nodes == 2 else set()
     )
-    nics = [(n,) for n in range(n_nodes) if len(node_partners[n]) >= 2]
-    rnics = []
+    nics: list[tuple[int, ...]] = [(n,) for n in range(n_nodes) if len(node_partners[n]) >= 2]
+    rnics: list[tuple[int, ...]] = []
     for r in range(lay.world):
         partners = _inter_partners(lay, r)
         if len(partners) >= 2 and len({lay.node_of(x) for x in partners}) >= 1:
             rnics.append((r,))
-    return {"link": sorted(links), "nic": nics, "rnic": rnics}
+    return {"link": [tuple(x) for x in sorted(links)], "nic": nics, "rnic": rnics}
 
 
 def _faults_for(
@@ -236,6 +236,7 @@ def build_suite(split: str = "tune", *, per_class: int | None = None, healthy: i
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}")
+    rates: tuple[float, ...]
     if split == "heldout":
         layouts, profiles, rates, seed0 = HELDOUT_LAYOUTS, list(HELDOUT_PROFILES.values()), _HELDOUT_RATES, HELDOUT_SEED
         per_class = 5 if per_class is None else per_class
