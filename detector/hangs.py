@@ -68,6 +68,8 @@ class ProgressTracker:
         self.hist = np.zeros((0, _BINS), np.float32)  # per channel: decaying histogram of block maxima
         self.nq = np.zeros(0, np.int64)  # per channel: blocks seen
         self.t = float("nan")
+        self._job_p99 = 0.0
+        self._job_p99_at = float("nan")
         self.last_progress = np.full(0, -np.inf)  # per channel: server time of the latest completed op's enter
         self.last_seq = np.zeros(0, np.int64)  # per channel: highest sequence number analysed
 
@@ -122,10 +124,23 @@ class ProgressTracker:
         return float(2.0 ** ((top_bin + 1) / 2 + _LO))
 
     def threshold(self, ch: int) -> float:
+        """Seconds a member may be inside one op of channel ``ch`` before the channel is stuck.
+
+        A channel with its own history: ``hang_p99_mult`` times its p99, at least ``hang_floor_s``.
+        A channel used rarely (a barrier per checkpoint) in a job that has history elsewhere:
+        twice the floor, or the multiple of the job's longest p99. A job still starting:
+        ``hang_warm_floor_s``.
+        """
         cfg = self.cfg
-        warm = self.nq[ch] >= cfg.hang_warm_cells + 8  # its first blocks skipped, a few learned
-        floor = cfg.hang_floor_s if warm else cfg.hang_warm_floor_s
-        return max(floor, cfg.hang_p99_mult * self.p99(ch))
+        warm = self.nq[: self.hist.shape[0]] >= cfg.hang_warm_cells + 8  # first blocks skipped, a few learned
+        if warm[ch]:
+            return max(cfg.hang_floor_s, cfg.hang_p99_mult * self.p99(ch))
+        if warm.any():
+            if self._job_p99_at != self.t:
+                self._job_p99 = max(self.p99(int(c)) for c in np.flatnonzero(warm)[:4096].tolist())
+                self._job_p99_at = self.t
+            return max(2 * cfg.hang_floor_s, cfg.hang_p99_mult * self._job_p99)
+        return cfg.hang_warm_floor_s
 
     def analyse(
         self, now: float, topo: Topology, silent: np.ndarray, dead: np.ndarray, ended: np.ndarray

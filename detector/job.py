@@ -613,7 +613,12 @@ class JobDetector:
         if not confirmed:
             return
         healthy_ch = self._near(confirmed, np.flatnonzero(healthy).tolist())
-        for cul in localise(topo, sorted(confirmed), healthy_ch):
+        prefer = [
+            [tuple(p) for p in tr.finding.evidence.get("places", [])]
+            for tr in self._tracks.values()
+            if tr.finding.kind == "comm_slow"
+        ]
+        for cul in localise(topo, sorted(confirmed), healthy_ch, prefer=prefer):
             # what it costs: per rank, the excess of its slow channels added up; the worst rank
             per_rank: dict[int, float] = {}
             for ch in cul.channels:

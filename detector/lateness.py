@@ -31,7 +31,8 @@ from rankwatch.detector.topology import Topology
 __all__ = ["LatenessTracker", "Straggler"]
 
 _K = 10  # buckets kept per slot
-_M = 5  # most recent non-empty buckets the median is taken over
+_M = 5  # most recent non-empty buckets the median is taken over...
+_MIN_OPS = 8  # ...and at least this many ops in them
 
 
 @dataclass(slots=True)
@@ -76,7 +77,9 @@ class LatenessTracker:
         self.ncells = np.zeros(0)
         self.onset_seq = np.zeros(0, np.int64)
         self.hot = np.zeros(0, bool)
+        self.busy = np.zeros(0, bool)
         self.cusum = np.zeros(0)
+        self.newest = np.zeros(0, np.int64)
         self.ch_ops = np.zeros(0)  # per channel: decayed op count (rate = / ops_tau)
         self.ch_t = float("nan")
         # results of the last ``analyse``
@@ -104,7 +107,9 @@ class LatenessTracker:
         self.ncells = _grow(self.ncells, n, 0.0)
         self.onset_seq = _grow(self.onset_seq, n, 0)
         self.hot = _grow(self.hot, n, False)
+        self.busy = _grow(self.busy, n, False)
         self.cusum = _grow(self.cusum, n, 0.0)
+        self.newest = _grow(self.newest, n, -(2**62))
         self.n = n
 
     def update(self, now: float, st: CellStats, seq_lo: np.ndarray, n_slots: int, n_ch: int) -> None:
@@ -140,6 +145,19 @@ class LatenessTracker:
         for arr, x in ((self.bl, late), (self.bd, dur), (self.bo, cnt), (self.bflag, flag.astype(np.float64))):
             arr.reshape(-1)[:] += np.bincount(flat, x, size).astype(np.float32)
         n = self.bl.shape[0]
+        # each slot's usual time inside one op, learned block by block (a group that runs one op a
+        # second has too few in the bucket ring): drops followed five times faster than rises,
+        # nothing learned while its rank is, or waits on, a suspect
+        per_op = st.dur / np.maximum(st.cnt, 1.0)
+        learn = ~self.busy[st.slot] & (self.ncells[st.slot] >= 2)
+        if learn.any():
+            sl_, x = st.slot[learn], per_op[learn]
+            base = self.base_dur[sl_]
+            fresh = np.isnan(base)
+            d = np.where(fresh, 0.0, x - base)
+            a = np.minimum(1.0, st.cnt[learn] / 50.0) * np.where(d < 0, 5.0, 1.0)
+            new = np.where(fresh, x, base + np.minimum(a, 1.0) * d)
+            np.put(self.base_dur, sl_, new)  # several blocks of one slot: the last one stands
         self.ncells[:n] += np.bincount(st.slot, None, n)
         first = np.full(n, np.inf)
         np.minimum.at(first, st.slot, st.t)
@@ -162,7 +180,11 @@ class LatenessTracker:
         order = order[fresh]
         ops = self.bo[:n][:, order].astype(np.float64)
         has = ops > 0
-        take = has & (np.cumsum(has, axis=1) <= _M)
+        # the newest non-empty buckets, at least _M of them and at least _MIN_OPS ops (a group
+        # that runs an op a second is judged over several of its steps, not over one)
+        before_b = np.cumsum(has, axis=1) - has
+        before_o = np.cumsum(ops, axis=1) - ops
+        take = has & ((before_b < _M) | (before_o < _MIN_OPS))
         cnt = take.sum(axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             lo = np.where(take, self.bl[:n][:, order] / ops, np.nan)
@@ -228,9 +250,16 @@ class LatenessTracker:
         mature = has & (self.ncells[sl] >= cfg.warm_cells) & (now - self.first_data[sl] >= cfg.baseline_warm_s)
         # sequential test (CUSUM): evidence adds up while the excess stays above half the threshold,
         # so a large fault is named at once and a mild one in a noisy group takes longer
+        # evidence counts once: a slot adds only as much time as it has new buckets since last time
+        has_ops = self.bo[:n] > 0
+        newest = np.where(has_ops.any(axis=1), np.max(np.where(has_ops, self.bid[None, :], -(2**62)), axis=1), -(2**62))
+        prev = self.newest[:n]
+        fresh_s = np.where(prev > -(2**61), (newest - prev) * cfg.bucket_s, dt)
+        dt_eff = np.clip(fresh_s, 0.0, dt)
+        self.newest[:n] = newest
         k = 0.5 * cfg.noise_k
         cs = self.cusum[sl]
-        cs[:] = np.where(mature, np.clip(cs + dt * (np.minimum(z, 4 * cfg.noise_k) - k), 0.0, 3 * cfg.cusum_h), 0.0)
+        cs[:] = np.where(mature, np.clip(cs + dt_eff * (np.minimum(z, 4 * cfg.noise_k) - k), 0.0, 3 * cfg.cusum_h), 0.0)
         kept = np.zeros(n, bool)
         if keep:
             kept = np.isin(topo.slot_rank, np.fromiter(keep, np.int64, len(keep)))
@@ -253,12 +282,13 @@ class LatenessTracker:
             busy |= frozen_ch[topo.slot_ch]
         busy_rank = np.zeros(topo.world, bool)
         busy_rank[topo.slot_rank[busy]] = True
-        calm &= ~busy_rank[topo.slot_rank]
+        self.busy[sl] = busy_rank[topo.slot_rank]
+        calm &= ~self.busy[sl]
         age = self.base_age[sl]
         a = np.where(age < cfg.baseline_warm_s, dt / np.maximum(age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
         # faults only ever add lateness and time inside ops: a baseline follows a drop five times
         # faster than a rise, so a slow start (compilation, the first step) does not stay in it
-        for base, x in ((self.base_late[sl], ml), (self.base_dur[sl], md)):
+        for base, x in ((self.base_late[sl], ml),):
             ok = calm & np.isfinite(x)
             fresh = ok & np.isnan(base)
             base[fresh] = x[fresh]

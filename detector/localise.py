@@ -37,7 +37,9 @@ class Culprit:
     cleared: list[Place] = field(default_factory=list)
 
 
-def localise(topo: Topology, faulty: list[int], healthy: list[int], tol: float = 0.2) -> list[Culprit]:
+def localise(
+    topo: Topology, faulty: list[int], healthy: list[int], tol: float = 0.2, prefer: list[list[Place]] | None = None
+) -> list[Culprit]:
     """Places that explain ``faulty`` channels, most explanatory first.
 
     Args:
@@ -46,6 +48,8 @@ def localise(topo: Topology, faulty: list[int], healthy: list[int], tol: float =
         healthy: channels seen working at the same time.
         tol: a place still counts if at most this share of its known channels are healthy
             (one misjudged channel must not clear the real culprit).
+        prefer: places named before (one list per earlier culprit): they explain what they still
+            can first, so an ongoing fault keeps its name while the evidence flickers.
     """
     if not faulty:
         return []
@@ -61,6 +65,13 @@ def localise(topo: Topology, faulty: list[int], healthy: list[int], tol: float =
     cands = {p for p, n in bad.items() if good[p] <= tol * n}
     remaining = set(faulty)
     out: list[Culprit] = []
+    for places in prefer or []:
+        ps = [p for p in places if p in bad and good[p] <= 0.5 * bad[p]]
+        covered = {ch for ch in remaining if any(p in fp[ch] for p in ps)}
+        if ps and covered:
+            out.append(_culprit(topo, ps, sorted(covered)))
+            remaining -= covered
+            cands -= set(ps)
     while remaining and cands:
         cover: dict[Place, frozenset[int]] = {}
         for p in cands:
