@@ -21,6 +21,8 @@ class DetectorConfig:
     """Buckets older than the ring plus this are ignored: a job that went quiet has no evidence."""
     baseline_tau_s: float = 60.0
     """Time constant of each rank's and each group's own baseline (frozen while it looks faulty)."""
+    baseline_skip_s: float = 10.0
+    """A rank's first seconds in a group (compilation, the first step) teach its baselines nothing."""
     baseline_warm_s: float = 8.0
     """Seconds of data before a rank's own lateness baseline is trusted."""
     min_effect: float = 0.03
@@ -79,5 +81,9 @@ class DetectorConfig:
     """Raw records are grouped into blocks spanning about this long (a power of two of ops, <= 64)."""
     node_share: float = 0.5
     """Suspect ranks covering at least this share of a node's ranks make the node the suspect."""
+    analysis_slots_per_s: float = 250_000.0
+    """Slowness analysis runs every (slots / this) seconds at most (a slot is one rank in one group)."""
+    max_analysis_period_s: float = 4.0
+    """...but at least this often."""
     max_flight_recorder_ranks: int = 1024
     """At most this many ranks are asked for a Flight Recorder dump per hang."""

@@ -55,6 +55,8 @@ class JobDetector:
         self.live = Liveness(self.cfg)
         self._started = float("nan")
         self._last_eval = float("nan")
+        self._last_full = float("nan")
+        self._slow_cands: dict[str, Finding] = {}
         self._restart = -1
         self._tracks: dict[str, _Track] = {}
         self._rank_hot: dict[int, float] = {}
@@ -86,17 +88,20 @@ class JobDetector:
         """
         if batch.ranks.shape[0]:
             self._see_world(int(batch.ranks["world"].max()))
-        chans = np.full(len(batch.groups), -1, np.int64)
-        for i, e in enumerate(batch.groups):
+        known = self.topo.channel_id
+        got = [known.get(e.get("id")) for e in batch.groups]  # type: ignore[arg-type]
+        chans = np.fromiter((-1 if c is None else c for c in got), np.int64, len(got))
+        for i in [i for i, c in enumerate(got) if c is None]:
+            e = batch.groups[i]
             gid = e.get("id")
-            ch = self.topo.channel_id.get(gid) if isinstance(gid, str) else None
-            if ch is None:
+            ch = None
+            if isinstance(gid, str):
                 reporter = next((r for (r, gi) in batch.group_rank if gi == i), 0)
                 e2 = dict(e)
                 if "ranks" not in e2 and (reporter, i) in batch.group_rank:
                     e2["group_rank"] = batch.group_rank[(reporter, i)]
                 ch = int(self.topo.register_groups([e2], reporter)[0])
-            chans[i] = ch
+            chans[i] = -1 if ch is None else ch
         self._ingest(batch, received_at, chans)
 
     def _see_world(self, world: int) -> None:
@@ -280,42 +285,56 @@ class JobDetector:
         return not np.isnan(self._started) and now - self._started >= self.cfg.ready_after_s
 
     def evaluate(self, now: float) -> list[Finding]:
-        """The suspects active at server time ``now``."""
+        """The suspects active at server time ``now``.
+
+        Blocks that arrived are analysed at every call. The per-slot analysis of slowness, whose
+        cost grows with the job, runs at most every ``n_slots / analysis_slots_per_s`` seconds
+        (every call up to about 40,000 ranks); hangs and deaths are checked at every call.
+        """
         cfg, topo = self.cfg, self.topo
-        dt = 0.0 if np.isnan(self._last_eval) else max(0.0, now - self._last_eval)
         self._last_eval = now
         n_slots, n_ch = topo.n_slots, topo.n_channels
         self.prog.ensure(n_slots, n_ch)
         cands: dict[str, Finding] = {}
-        if n_ch:
-            wm_min = np.minimum.reduceat(self.prog.wm[:n_slots], topo.ch_off)
-            ready = self.cells.take(now, topo.ch_size, topo.ch_block, wm_min, cfg.cell_timeout_s)
-            st = cell_stats(ready)
-            blk = key_block(ready["key"])
-            self.late.update(now, st, blk * topo.ch_block[topo.slot_ch[st.slot]] + 1, n_slots, n_ch)
-            first_row = np.flatnonzero(np.r_[True, np.diff(ready["key"]) != 0]) if len(st) else np.zeros(0, np.int64)
-            self.prog.observe_cells(now, st, (blk[first_row] + 1) * topo.ch_block[st.c_ch])
-            # transfers first: channels slow now (or reported slow) freeze lateness baselines, and
-            # ranks on them are not stragglers (their lateness is the slow transfer's)
-            frozen = np.zeros(n_ch, bool)
-            frozen[topo.slot_ch[np.flatnonzero(self.late.hot[:n_slots])]] = True
-            frozen[list(self._ch_slow)] = True
-            self.xfer.update(now, st, frozen)
+        if not n_ch:
+            self._dead_findings(now, cands)
+            return self._lifecycle(now, cands)
+        wm_min = np.minimum.reduceat(self.prog.wm[:n_slots], topo.ch_off)
+        ready = self.cells.take(now, topo.ch_size, topo.ch_block, wm_min, cfg.cell_timeout_s)
+        st = cell_stats(ready)
+        blk = key_block(ready["key"])
+        row_ch = topo.slot_ch[st.slot]
+        self.late.update(now, st, blk * topo.ch_block[row_ch] + 1, n_slots, n_ch, row_ch, topo.ch_parent[row_ch] >= 0)
+        first_row = np.flatnonzero(np.r_[True, np.diff(ready["key"]) != 0]) if len(st) else np.zeros(0, np.int64)
+        self.prog.observe_cells(now, st, (blk[first_row] + 1) * topo.ch_block[st.c_ch])
+        # transfers first: channels slow now (or reported slow) freeze lateness baselines, and
+        # ranks on them are not stragglers (their lateness is the slow transfer's)
+        frozen = np.zeros(n_ch, bool)
+        frozen[topo.slot_ch[np.flatnonzero(self.late.hot[:n_slots])]] = True
+        frozen[list(self._ch_slow)] = True
+        self.xfer.update(now, st, frozen)
+        silent = self.live.silent(now, cfg.silent_flushes)
+        dead = self.live.dead(now)
+        ended = self.live.state[: topo.world] != 0
+        hangs = self.prog.analyse(now, topo, silent, dead, ended)
+        self._dead_findings(now, cands)
+        self._hang_findings(now, hangs, cands)
+        period = min(cfg.max_analysis_period_s, max(0.0, n_slots / cfg.analysis_slots_per_s))
+        if np.isnan(self._last_full) or now - self._last_full >= period - 1e-9:
+            dt = 0.0 if np.isnan(self._last_full) else now - self._last_full
+            self._last_full = now
             slow, healthy = self.xfer.status(n_ch)
             comm_frozen = slow.copy()
             comm_frozen[list(self._ch_slow)] = True
             roots = self.late.analyse(now, dt, topo, self._reported_ranks("noncomm_slow"), comm_frozen)
-            silent = self.live.silent(now, cfg.silent_flushes)
-            dead = self.live.dead(now)
-            ended = self.live.state[: topo.world] != 0
-            hangs = self.prog.analyse(now, topo, silent, dead, ended)
-            self._dead_findings(now, cands)
-            self._hang_findings(now, hangs, cands)
+            slow_cands: dict[str, Finding] = {}
             if not hangs.stuck:
-                self._straggler_findings(now, roots, cands)
-                self._comm_findings(now, slow, healthy, cands)
-        else:
-            self._dead_findings(now, cands)
+                self._straggler_findings(now, roots, slow_cands)
+                self._comm_findings(now, slow, healthy, slow_cands)
+            self._slow_cands = slow_cands
+        elif hangs.stuck:
+            self._slow_cands = {}
+        cands.update(self._slow_cands)
         return self._lifecycle(now, cands)
 
     def _reported_ranks(self, kind: str) -> set[int]:
@@ -575,7 +594,6 @@ class JobDetector:
                             "late_s_per_s": round(float(late.late_rate[s]), 4),
                             "baseline_s_per_s": round(float(late.late_rate[s] - late.ex_late[s]), 4),
                             "baseline_late_ms_per_op": round(1e3 * float(late.ref_lop[s]), 3),
-                            "late_share": round(float(late.frac[s]), 3),
                             "in_collective_s_per_s": round(float(late.dur_rate[s]), 4),
                             "lateness": {
                                 str(int(topo.ch_members[ch][i])): round(float(lr[i]), 4) for i in top.tolist()

@@ -46,6 +46,16 @@ class Straggler:
     onset: float = float("nan")
 
 
+def _median_taken(x: np.ndarray, cnt: np.ndarray) -> np.ndarray:
+    """Row medians of ``x`` whose first ``cnt`` sorted values are real (the rest are +inf); nan if none."""
+    xs = np.sort(x, axis=1)
+    rows = np.arange(x.shape[0])
+    lo = np.clip((cnt - 1) // 2, 0, x.shape[1] - 1)
+    hi = np.clip(cnt // 2, 0, x.shape[1] - 1)
+    med = 0.5 * (xs[rows, lo] + xs[rows, hi])
+    return np.where(cnt > 0, med, np.nan)
+
+
 def _grow(a: np.ndarray, n: int, fill: float) -> np.ndarray:
     if a.shape[0] >= n:
         return a
@@ -65,7 +75,6 @@ class LatenessTracker:
         self.bl = np.zeros((0, _K), np.float32)  # lateness seconds per bucket
         self.bd = np.zeros((0, _K), np.float32)  # in-collective seconds
         self.bo = np.zeros((0, _K), np.float32)  # ops
-        self.bflag = np.zeros((0, _K), np.float32)  # blocks in which it was among the late
         self.bid = np.full(_K, -(2**62), np.int64)  # absolute bucket id held by each ring position
         self.base_late = np.full(0, np.nan)
         self.base_dur = np.full(0, np.nan)
@@ -80,6 +89,7 @@ class LatenessTracker:
         self.busy = np.zeros(0, bool)
         self.cusum = np.zeros(0)
         self.newest = np.zeros(0, np.int64)
+        self.last_bid = np.zeros(0, np.int64)  # per slot: newest bucket id it has data in
         self.ch_ops = np.zeros(0)  # per channel: decayed op count (rate = / ops_tau)
         self.ch_t = float("nan")
         # results of the last ``analyse``
@@ -89,7 +99,6 @@ class LatenessTracker:
         self.ex_late = np.zeros(0)
         self.ex_dur = np.zeros(0)
         self.thr = np.zeros(0)
-        self.frac = np.zeros(0)
 
     def reset(self) -> None:
         self.__init__(self.cfg)  # type: ignore[misc]
@@ -98,7 +107,7 @@ class LatenessTracker:
         self.ch_ops = _grow(self.ch_ops, n_ch, 0.0)
         if n <= self.n:
             return
-        for name in ("bl", "bd", "bo", "bflag"):
+        for name in ("bl", "bd", "bo"):
             setattr(self, name, _grow(getattr(self, name), n, 0.0))
         for name in self._NAN:
             setattr(self, name, _grow(getattr(self, name), n, np.nan))
@@ -110,10 +119,30 @@ class LatenessTracker:
         self.busy = _grow(self.busy, n, False)
         self.cusum = _grow(self.cusum, n, 0.0)
         self.newest = _grow(self.newest, n, -(2**62))
+        self.last_bid = _grow(self.last_bid, n, -(2**62))
         self.n = n
 
-    def update(self, now: float, st: CellStats, seq_lo: np.ndarray, n_slots: int, n_ch: int) -> None:
-        """Add analysed blocks (``seq_lo``: first sequence number of each row's block)."""
+    def update(
+        self,
+        now: float,
+        st: CellStats,
+        seq_lo: np.ndarray,
+        n_slots: int,
+        n_ch: int,
+        topo_ch: np.ndarray | None = None,
+        topo_p2p: np.ndarray | None = None,
+    ) -> None:
+        """Add analysed blocks.
+
+        Args:
+            now: server time.
+            st: the blocks.
+            seq_lo: first sequence number of each row's block.
+            n_slots: slots in the topology.
+            n_ch: channels in the topology.
+            topo_ch: each row's channel.
+            topo_p2p: whether each row's channel is point-to-point.
+        """
         cfg = self.cfg
         self._ensure(n_slots, n_ch)
         if not np.isnan(self.ch_t):
@@ -130,24 +159,36 @@ class LatenessTracker:
         cur = int(self.bid.max())
         for b in range(max(cur + 1, top - _K + 1), top + 1):
             p = b % _K
-            for arr in (self.bl, self.bd, self.bo, self.bflag):
+            for arr in (self.bl, self.bd, self.bo):
                 arr[:, p] = 0.0
             self.bid[p] = b
         pos = ids % _K
         keep = self.bid[pos] == ids  # drop blocks older than the ring
         if not keep.all():
             st_slot, pos, ids = st.slot[keep], pos[keep], ids[keep]
-            late, dur, cnt, flag = st.late[keep], st.dur[keep], st.cnt[keep], st.lateflag[keep]
+            late, dur, cnt = st.late[keep], st.dur[keep], st.cnt[keep]
         else:
-            st_slot, late, dur, cnt, flag = st.slot, st.late, st.dur, st.cnt, st.lateflag
+            st_slot, late, dur, cnt = st.slot, st.late, st.dur, st.cnt
         flat = st_slot * _K + pos
         size = self.bl.shape[0] * _K
-        for arr, x in ((self.bl, late), (self.bd, dur), (self.bo, cnt), (self.bflag, flag.astype(np.float64))):
-            arr.reshape(-1)[:] += np.bincount(flat, x, size).astype(np.float32)
-        n = self.bl.shape[0]
+        sparse = flat.shape[0] * 8 < size
+        for arr, x in ((self.bl, late), (self.bd, dur), (self.bo, cnt)):
+            if sparse:  # a big job: touch only the rows that came in
+                np.add.at(arr.reshape(-1), flat, x.astype(np.float32))
+            else:
+                arr.reshape(-1)[:] += np.bincount(flat, x, size).astype(np.float32)
+        self.bl.shape[0]
+        np.maximum.at(self.last_bid, st_slot, ids)
+        unseen = np.isnan(self.first_data[st.slot])
+        if unseen.any():
+            first = self.first_data
+            first[st.slot[unseen]] = np.inf
+            np.minimum.at(first, st.slot[unseen], st.t[unseen])
         # each slot's usual time inside one op, learned block by block (a group that runs one op a
-        # second has too few in the bucket ring): drops followed five times faster than rises,
-        # nothing learned while its rank is, or waits on, a suspect
+        # second has too few in the bucket ring): drops are followed at once, rises slowly — a
+        # fault only ever adds time inside ops, and compilation or the first step must not stay
+        # in it. For ops that differ (a pipeline's microbatches) this is their lower envelope,
+        # which group-mates share. Nothing is learned while the rank is, or waits on, a suspect.
         per_op = st.dur / np.maximum(st.cnt, 1.0)
         learn = ~self.busy[st.slot] & (self.ncells[st.slot] >= 2)
         if learn.any():
@@ -155,13 +196,14 @@ class LatenessTracker:
             base = self.base_dur[sl_]
             fresh = np.isnan(base)
             d = np.where(fresh, 0.0, x - base)
-            a = np.minimum(1.0, st.cnt[learn] / 50.0) * np.where(d < 0, 5.0, 1.0)
+            # about ``baseline_tau_s`` worth of the group's ops (at least 50) make a baseline
+            rate = self.ch_ops[topo_ch[learn]] / cfg.ops_tau_s if topo_ch is not None else 0.0
+            span = np.maximum(50.0, rate * cfg.baseline_tau_s)
+            up = np.minimum(1.0, st.cnt[learn] / span)
+            a = np.where(d < 0, np.maximum(5.0 * up, 0.2), up)
             new = np.where(fresh, x, base + np.minimum(a, 1.0) * d)
             np.put(self.base_dur, sl_, new)  # several blocks of one slot: the last one stands
-        self.ncells[:n] += np.bincount(st.slot, None, n)
-        first = np.full(n, np.inf)
-        np.minimum.at(first, st.slot, st.t)
-        self.first_data = np.fmin(self.first_data, np.where(np.isfinite(first), first, np.nan))
+        np.add.at(self.ncells, st.slot, 1.0)
         # where a streak of being late starts: the earliest late block after a quiet spell
         fl = np.flatnonzero(st.lateflag)
         if fl.shape[0]:
@@ -172,35 +214,33 @@ class LatenessTracker:
             self.onset[slots[quiet]] = st.t[idx[quiet]]
             self.onset_seq[slots[quiet]] = seq_lo[idx[quiet]]
 
-    def _recent(self, now: float, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Per slot: median per-op lateness and in-collective time over the recent buckets, their count, late share."""
+    def _recent(self, now: float, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per slot: median per-op lateness and time inside over its recent buckets, and their count."""
         cfg = self.cfg
+        ml = np.full(n, np.nan)
+        md = np.full(n, np.nan)
+        cnt = np.zeros(n, np.int64)
         order = np.argsort(-self.bid)  # ring positions, newest first
         fresh = self.bid[order] * cfg.bucket_s >= now - cfg.bucket_s * _K - cfg.stale_s
         order = order[fresh]
-        ops = self.bo[:n][:, order].astype(np.float64)
+        if not order.shape[0]:
+            return ml, md, cnt
+        # only slots with data in the ring (most slots of a big job's default group are idle)
+        active = np.flatnonzero(self.last_bid[:n] >= self.bid[order].min())
+        ops = np.take(self.bo[active], order, axis=1)
         has = ops > 0
         # the newest non-empty buckets, at least _M of them and at least _MIN_OPS ops (a group
         # that runs an op a second is judged over several of its steps, not over one)
-        before_b = np.cumsum(has, axis=1) - has
+        before_b: np.ndarray = np.cumsum(has, axis=1) - has
         before_o = np.cumsum(ops, axis=1) - ops
         take = has & ((before_b < _M) | (before_o < _MIN_OPS))
-        cnt = take.sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            lo = np.where(take, self.bl[:n][:, order] / ops, np.nan)
-            do = np.where(take, self.bd[:n][:, order] / ops, np.nan)
-            fr = np.where(take, self.bflag[:n][:, order], 0.0).sum(axis=1)
-        if lo.shape[1] == 0:
-            z = np.full(n, np.nan)
-            return z, z.copy(), np.zeros(n, np.int64), np.zeros(n)
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            ml = np.nanmedian(lo, axis=1)
-            md = np.nanmedian(do, axis=1)
-        cells = np.where(take, self.bflag[:n][:, order] * 0 + 1, 0).sum(axis=1)
-        return ml, md, cnt, fr / np.maximum(cells, 1)
+        c = take.sum(axis=1)
+        safe = np.where(has, ops, np.float32(1.0))
+        inf = np.float32(np.inf)
+        ml[active] = _median_taken(np.where(take, np.take(self.bl[active], order, axis=1) / safe, inf), c)
+        md[active] = _median_taken(np.where(take, np.take(self.bd[active], order, axis=1) / safe, inf), c)
+        cnt[active] = c
+        return ml, md, cnt
 
     def analyse(
         self, now: float, dt: float, topo: Topology, keep: set[int], frozen_ch: np.ndarray | None = None
@@ -219,7 +259,7 @@ class LatenessTracker:
         self._ensure(n, topo.n_channels)
         ops_rate = self.ch_ops[: topo.n_channels] / cfg.ops_tau_s
         rate = ops_rate[topo.slot_ch]
-        ml, md, nb, frac = self._recent(now, n)  # per op: median lateness and time inside
+        ml, md, nb = self._recent(now, n)  # per op: median lateness and time inside
         has = nb >= _M
         collective = topo.ch_parent[topo.slot_ch] < 0
         med_lop = self._lower_median(np.nan_to_num(ml, nan=np.inf), topo)
@@ -309,7 +349,7 @@ class LatenessTracker:
         nz[upd] = np.sqrt(nz[upd] ** 2 + a[upd] * (dev[upd] - nz[upd] ** 2))
         self.noise_age[sl][ok] += dt
         self.late_rate, self.dur_rate, self.ex_late, self.ex_dur = late, dur, ex_late, ex_dur
-        self.thr, self.frac = thr, frac
+        self.thr = thr
         return self._roots(hot, topo, frozen_ch)
 
     def _lower_median(self, x: np.ndarray, topo: Topology) -> np.ndarray:

@@ -129,23 +129,21 @@ class TransferTracker:
         e, lt, tr, cnt, t, ch = e[est], lt[est], tr[est], cnt[est], t[est], ch[est]
         w = np.exp(-np.clip(now - t, 0.0, None) / self._tau()[e])
         lr = lt - self.base[e]
-        n = self.n
-        self.S += np.bincount(e, lr * w, n)
-        self.W += np.bincount(e, w, n)
-        self.EX += np.bincount(e, (tr - np.exp(self.base[e])) * cnt * w, n)
-        self.SF += np.bincount(e, (lr > np.log(cfg.comm_ratio)) * w, n)
+        np.add.at(self.S, e, lr * w)
+        np.add.at(self.W, e, w)
+        np.add.at(self.EX, e, (tr - np.exp(self.base[e])) * cnt * w)
+        np.add.at(self.SF, e, (lr > np.log(cfg.comm_ratio)) * w)
         # the baseline follows slow drift, never a fault
         if dt:
             a = min(1.0, dt / cfg.baseline_tau_s)
-            sums = np.bincount(e, np.clip(lr, -0.5, 0.5), n)
-            cnts = np.bincount(e, None, n)
-            upd = (cnts > 0) & (self.n_init >= _INIT)
-            fz = np.zeros(n, bool)
-            ok_ch = self.ch < frozen_ch.shape[0]
-            fz[ok_ch] = frozen_ch[self.ch[ok_ch]]
-            cur = self.S / np.maximum(self.W, 1e-12)
-            upd &= ~fz & (cur < np.log(cfg.comm_healthy_ratio))
-            self.base[upd] += a * sums[upd] / cnts[upd]
+            u, inv = np.unique(e, return_inverse=True)
+            sums = np.bincount(inv, np.clip(lr, -0.5, 0.5), u.shape[0])
+            cnts = np.bincount(inv, None, u.shape[0])
+            chu = self.ch[u]
+            fz = np.where(chu < frozen_ch.shape[0], frozen_ch[np.minimum(chu, max(0, frozen_ch.shape[0] - 1))], False)
+            cur = self.S[u] / np.maximum(self.W[u], 1e-12)
+            upd = (self.n_init[u] >= _INIT) & ~fz & (cur < np.log(cfg.comm_healthy_ratio))
+            self.base[u[upd]] += a * sums[upd] / cnts[upd]
 
     def status(self, n_channels: int) -> tuple[np.ndarray, np.ndarray]:
         """(slow, healthy) boolean arrays over channels, from the moving averages."""
