@@ -29,6 +29,8 @@ class DetectorConfig:
     """Smallest share of wall-clock the rest of the job must spend waiting (0.03: 1.03x slower)."""
     noise_k: float = 4.0
     """A suspect's effect must also exceed this many times its own usual fluctuation."""
+    noise_cap_k: float = 4.0
+    """...where, in a collective group, a rank's own fluctuation counts at most this multiple of the group's."""
     noise_warm_s: float = 15.0
     """Until a rank's fluctuation has been learned this long, the effect must be twice ``min_effect``."""
     cusum_h: float = 5.0

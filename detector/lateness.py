@@ -67,7 +67,7 @@ def _grow(a: np.ndarray, n: int, fill: float) -> np.ndarray:
 class LatenessTracker:
     """Bucketed lateness per slot, baselines, and the roots they point to."""
 
-    _NAN = ("base_late", "base_dur", "noise", "onset", "first_data")
+    _NAN = ("base_late", "base_dur", "noise", "level", "onset", "first_data")
 
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
@@ -78,7 +78,8 @@ class LatenessTracker:
         self.bid = np.full(_K, -(2**62), np.int64)  # absolute bucket id held by each ring position
         self.base_late = np.full(0, np.nan)
         self.base_dur = np.full(0, np.nan)
-        self.noise = np.full(0, np.nan)
+        self.noise = np.full(0, np.nan)  # usual fluctuation of the excess lateness (s/s)
+        self.level = np.full(0, np.nan)  # ...around this running level of it
         self.onset = np.full(0, np.nan)
         self.first_data = np.full(0, np.nan)
         self.base_age = np.zeros(0)
@@ -243,7 +244,13 @@ class LatenessTracker:
         return ml, md, cnt
 
     def analyse(
-        self, now: float, dt: float, topo: Topology, keep: set[int], frozen_ch: np.ndarray | None = None
+        self,
+        now: float,
+        dt: float,
+        topo: Topology,
+        keep: set[int],
+        frozen_ch: np.ndarray | None = None,
+        ch_excess: np.ndarray | None = None,
     ) -> dict[int, Straggler]:
         """Hot slots, baselines moved on, and the ranks at the root of what is hot.
 
@@ -253,6 +260,7 @@ class LatenessTracker:
             topo: the job's topology.
             keep: ranks already reported: they stay hot on weaker evidence (hysteresis).
             frozen_ch: channels whose transfers look slow: their slots' baselines must not learn.
+            ch_excess: per channel, seconds per second its slow transfers cost (what they can explain).
         """
         cfg = self.cfg
         n = topo.n_slots
@@ -274,7 +282,13 @@ class LatenessTracker:
         dur = md * rate
         ex_late = (ml - ref_lop) * rate
         ex_dur = (md - self.base_dur[sl]) * rate
+        # one rank's own fluctuation counts at most ``noise_cap_k`` times its group's usual one (the
+        # lower median of the members'): a rank that is erratic, or late, from the start must not
+        # set its own yardstick
         noise = self.noise[sl]
+        g_noise = self._lower_median(np.nan_to_num(noise, nan=np.inf), topo)
+        cap = cfg.noise_cap_k * np.fmax(g_noise, cfg.min_effect / cfg.noise_k)
+        noise = np.where(collective & np.isfinite(g_noise), np.fmin(noise, cap), noise)
         # the excess in units of the slot's usual fluctuation (never finer than the effect that matters):
         # its own, learned over time, and its group's now (the lower median of the members' excess,
         # which a straggler or a slow half of the group does not raise)
@@ -336,18 +350,25 @@ class LatenessTracker:
             d = x[upd] - base[upd]
             base[upd] += np.minimum(1.0, np.where(d < 0, 5.0, 1.0) * a[upd]) * d
         age[calm] += dt
-        # the usual fluctuation of the excess: learned from every judged sample but hot ones (learning
-        # only from calm samples would never see the fluctuations that matter), outliers clipped
-        # (root mean square, so that rare large swings — uneven batches — count for what they are)
-        dev = np.minimum(np.abs(ex_late), 3.0 * thr) ** 2
-        nz = self.noise[sl]
-        ok = has & ~hot & np.isfinite(dev) & (self.ncells[sl] >= cfg.warm_cells // 2)
+        # the usual fluctuation of the excess: its spread around the slot's own running level (an
+        # exponentially weighted mean and variance), learned from every judged sample but hot ones
+        # (learning only from calm samples would never see the fluctuations that matter), outliers
+        # clipped. Around the level, not the root mean square of the excess itself: a rank that is
+        # slow from (near) the start has a large, steady excess, and that offset is the very thing
+        # to find — counted as fluctuation it would become its own yardstick and never stand out.
+        nz, lv, n_age = self.noise[sl], self.level[sl], self.noise_age[sl]
+        ok = has & ~hot & np.isfinite(ex_late) & (self.ncells[sl] >= cfg.warm_cells // 2)
         ok &= now - self.first_data[sl] >= 2 * cfg.ops_tau_s
         first = ok & np.isnan(nz)
-        nz[first] = np.sqrt(dev[first])
+        lv[first] = ex_late[first]
+        nz[first] = 0.0
         upd = ok & ~first
-        nz[upd] = np.sqrt(nz[upd] ** 2 + a[upd] * (dev[upd] - nz[upd] ** 2))
-        self.noise_age[sl][ok] += dt
+        an = np.where(n_age < cfg.noise_warm_s, dt / np.maximum(n_age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
+        d = np.clip(ex_late[upd] - lv[upd], -3.0 * thr[upd], 3.0 * thr[upd])
+        au = an[upd]
+        lv[upd] += au * d
+        nz[upd] = np.sqrt((1.0 - au) * (nz[upd] ** 2 + au * d * d))
+        n_age[ok] += dt
         self.late_rate, self.dur_rate, self.ex_late, self.ex_dur = late, dur, ex_late, ex_dur
         self.thr = thr
         return self._roots(hot, topo, frozen_ch)
@@ -370,7 +391,9 @@ class LatenessTracker:
             self.bo[:n][:, order].sum(axis=1, dtype=np.float64),
         )
 
-    def _roots(self, hot: np.ndarray, topo: Topology, frozen_ch: np.ndarray | None) -> dict[int, Straggler]:
+    def _roots(
+        self, hot: np.ndarray, topo: Topology, frozen_ch: np.ndarray | None, ch_excess: np.ndarray | None = None
+    ) -> dict[int, Straggler]:
         cand = np.flatnonzero(hot)
         if not cand.shape[0]:
             return {}
