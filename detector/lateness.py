@@ -371,7 +371,7 @@ class LatenessTracker:
         n_age[ok] += dt
         self.late_rate, self.dur_rate, self.ex_late, self.ex_dur = late, dur, ex_late, ex_dur
         self.thr = thr
-        return self._roots(hot, topo, frozen_ch)
+        return self._roots(hot, topo, frozen_ch, ch_excess)
 
     def _lower_median(self, x: np.ndarray, topo: Topology) -> np.ndarray:
         """Per slot: the lower median of ``x`` over its channel's members."""
@@ -416,8 +416,16 @@ class LatenessTracker:
             mine = slots_of[ptr[r] : ptr[r + 1]]
             if topo.ch_parent[topo.slot_ch[s]] >= 0 and cross[mine].any():
                 continue  # pipeline waits follow the schedule; a straggler also shows in its groups
-            if frozen_ch is not None and frozen_ch.shape[0] and frozen_ch[topo.slot_ch[mine]].any():
-                continue  # its transfers are slow: that is the suspect, its lateness follows from it
+            if frozen_ch is not None and frozen_ch.shape[0]:
+                slow_mine = topo.slot_ch[mine][frozen_ch[topo.slot_ch[mine]]]
+                if slow_mine.shape[0]:
+                    # its transfers are slow: that is the suspect, its lateness follows from it — as far
+                    # as they cost enough to explain it (a straggler's group-mates idle while it is late,
+                    # and on a busy host their next transfer starts a little slower: that explains nothing)
+                    if ch_excess is None or float(ch_excess[slow_mine].sum()) >= self.cfg.explain_k * float(
+                        self.ex_late[s] if np.isfinite(self.ex_late[s]) else 0.0
+                    ):
+                        continue
             late_s = float(wl[s] - np.nan_to_num(self.ref_lop[s]) * wo[s])
             # a victim spends its lateness inside other ops (waiting, or in slow transfers);
             # a straggler spends it outside any op
