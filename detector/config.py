@@ -47,6 +47,8 @@ class DetectorConfig:
     """A reported suspect resolves after its evidence has been gone this long."""
     comm_ratio: float = 1.12
     """Transfer time over the group's own baseline (same op and size) that counts as slow."""
+    comm_z: float = 3.0
+    """...and this many standard errors of that ratio (spread of a block over the blocks behind both averages)."""
     comm_healthy_ratio: float = 1.05
     """At or below this a group's transfers count as healthy and clear the places they use."""
     comm_min_effect: float = 0.02

@@ -329,9 +329,7 @@ class JobDetector:
             ch_excess = np.clip(np.nan_to_num(self.xfer.ex_rate[:n_ch], nan=0.0), 0.0, None)
             if ch_excess.shape[0] < n_ch:
                 ch_excess = np.r_[ch_excess, np.zeros(n_ch - ch_excess.shape[0])]
-            roots = self.late.analyse(
-                now, dt, topo, self._reported_ranks("noncomm_slow"), comm_frozen, ch_excess
-            )
+            roots = self.late.analyse(now, dt, topo, self._reported_ranks("noncomm_slow"), comm_frozen, ch_excess)
             slow_cands: dict[str, Finding] = {}
             if not hangs.stuck:
                 self._straggler_findings(now, roots, slow_cands)

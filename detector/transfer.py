@@ -2,14 +2,19 @@
 
 The part of a collective nobody waits for — the shortest time any member spends inside it, the
 last arriver's — is the transfer. Per (channel, op class) the tracker learns a baseline of its
-logarithm (the median of the first blocks, then a slow average that stops learning while the
-channel looks slow) and keeps short moving averages of the ratio to it, of the share of blocks
-over ``comm_ratio``, and of the excess seconds per second of wall-clock.
+logarithm (the median of the first blocks, then the running mean of every block while the channel
+is not significantly slow, in both directions, so a baseline drawn from a few unlucky blocks of a
+warm-up does not stick) and the spread of one block's logarithm around the short-term level, and
+keeps short moving averages of the ratio to the baseline, of the share of blocks over
+``comm_ratio``, and of the excess seconds per second of wall-clock.
 
-A channel is *slow* when its transfers are over ``comm_ratio`` times their baseline in most blocks
-and the excess costs at least ``comm_min_effect`` of wall-clock; *healthy* when an established
-baseline and recent blocks put it at or under ``comm_healthy_ratio``. Localisation
-(``rankwatch.detector.localise``) takes it from there.
+A channel is *slow* when its transfers are over ``comm_ratio`` times their baseline in most blocks,
+and by at least ``comm_z`` standard errors of that comparison (the spread over the number of blocks
+behind the short average and behind the baseline: a gloo all-reduce on a busy host varies tenfold
+from op to op, and a 30% swing of a few blocks' mean is nothing there), and the excess costs at
+least ``comm_channel_effect`` of wall-clock; *healthy* when an established baseline and recent
+blocks put it at or under ``comm_healthy_ratio``. Localisation (``rankwatch.detector.localise``)
+takes it from there.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from rankwatch.detector.config import DetectorConfig
 __all__ = ["TransferTracker"]
 
 _INIT = 8
+_SIG_BLOCKS = 64  # a block's spread is averaged over about this many recent blocks
 
 
 class TransferTracker:
@@ -35,6 +41,8 @@ class TransferTracker:
         self.n = 0
         self.ch = np.zeros(0, np.int64)
         self.base = np.zeros(0)
+        self.sig = np.zeros(0)  # spread (sd) of one block's log transfer around the short-term level
+        self.nb = np.zeros(0)  # blocks behind the baseline
         self.n_init = np.zeros(0, np.int64)
         self.init_buf = np.zeros((0, _INIT))
         self.S = np.zeros(0)
@@ -53,6 +61,7 @@ class TransferTracker:
         self.base_s = np.zeros(0)
         self.now_s = np.zeros(0)
         self.established = np.zeros(0, bool)
+        self.se = np.zeros(0)
 
     def reset(self) -> None:
         self.__init__(self.cfg)  # type: ignore[misc]
@@ -72,6 +81,8 @@ class TransferTracker:
             self.ch = grow(self.ch, 0)
             self.ch[start:] = new >> 11
             self.base = grow(self.base, np.nan)
+            self.sig = grow(self.sig, np.nan)
+            self.nb = grow(self.nb, 0.0)
             self.first = grow(self.first, np.nan)
             self.n_init = grow(self.n_init, 0)
             self.init_buf = grow(self.init_buf, np.nan)
@@ -122,7 +133,10 @@ class TransferTracker:
                     self.init_buf[j, self.n_init[j]] = lt[i]
                     self.n_init[j] += 1
                     if self.n_init[j] >= min(_INIT, cfg.comm_warm_cells):
-                        self.base[j] = float(np.nanmedian(self.init_buf[j, : self.n_init[j]]))
+                        buf = self.init_buf[j, : self.n_init[j]]
+                        self.base[j] = float(np.nanmedian(buf))
+                        self.sig[j] = 1.4826 * float(np.nanmedian(np.abs(buf - self.base[j])))
+                        self.nb[j] = float(self.n_init[j])
         est = ~np.isnan(self.base[e])
         if not est.any():
             return
@@ -133,17 +147,39 @@ class TransferTracker:
         np.add.at(self.W, e, w)
         np.add.at(self.EX, e, (tr - np.exp(self.base[e])) * cnt * w)
         np.add.at(self.SF, e, (lr > np.log(cfg.comm_ratio)) * w)
-        # the baseline follows slow drift, never a fault
+        u, inv = np.unique(e, return_inverse=True)
+        cnts = np.bincount(inv, None, u.shape[0])
+        chu = self.ch[u]
+        fz = np.where(chu < frozen_ch.shape[0], frozen_ch[np.minimum(chu, max(0, frozen_ch.shape[0] - 1))], False)
+        cur = self.S[u] / np.maximum(self.W[u], 1e-12)
+        # a block's spread: its distance from the short-term level (not from the baseline: an offset
+        # is what the comparison is for, not noise), large swings clipped, over the recent blocks
+        sig = np.nan_to_num(self.sig[u], nan=0.0)
+        dev = np.abs(lr - cur[inv])
+        dev = np.minimum(dev, np.maximum(4.0 * sig[inv], 0.05))
+        mdev = np.bincount(inv, dev, u.shape[0]) / cnts
+        learn = ~fz
+        a_s = np.minimum(1.0, cnts / np.maximum(np.minimum(self.ncell[u], _SIG_BLOCKS), 1.0))
+        self.sig[u[learn]] = sig[learn] + a_s[learn] * (1.2533 * mdev[learn] - sig[learn])
+        # the baseline follows drift, never a fault: it learns while the channel is not significantly
+        # slow — at first as the running mean of every block seen (the first blocks may all be a
+        # warm-up's, or just unlucky), later with ``baseline_tau_s``
         if dt:
-            a = min(1.0, dt / cfg.baseline_tau_s)
-            u, inv = np.unique(e, return_inverse=True)
+            se = self._se(u)
+            upd = (self.n_init[u] >= _INIT) & ~fz & (cur < np.maximum(np.log(cfg.comm_healthy_ratio), cfg.comm_z * se))
             sums = np.bincount(inv, np.clip(lr, -0.5, 0.5), u.shape[0])
-            cnts = np.bincount(inv, None, u.shape[0])
-            chu = self.ch[u]
-            fz = np.where(chu < frozen_ch.shape[0], frozen_ch[np.minimum(chu, max(0, frozen_ch.shape[0] - 1))], False)
-            cur = self.S[u] / np.maximum(self.W[u], 1e-12)
-            upd = (self.n_init[u] >= _INIT) & ~fz & (cur < np.log(cfg.comm_healthy_ratio))
-            self.base[u[upd]] += a * sums[upd] / cnts[upd]
+            uu = u[upd]
+            # blocks behind the baseline, at most about what ``baseline_tau_s`` holds
+            span = np.maximum(self.last[uu] - self.first[uu], 1e-9)
+            per_s = np.maximum(self.ncell[uu] - 1.0, 1.0) / span
+            self.nb[uu] = np.minimum(self.nb[uu] + cnts[upd], np.maximum(_INIT, per_s * cfg.baseline_tau_s))
+            a = np.maximum(min(1.0, dt / cfg.baseline_tau_s), cnts[upd] / self.nb[uu])
+            self.base[uu] += np.minimum(a, 1.0) * sums[upd] / cnts[upd]
+
+    def _se(self, e: np.ndarray) -> np.ndarray:
+        """Per entry: standard error of its short-term mean log ratio to the baseline."""
+        sig = np.nan_to_num(self.sig[e], nan=0.0)
+        return sig * np.sqrt(1.0 / np.maximum(self.W[e], 1.0) + 1.0 / np.maximum(self.nb[e], 1.0))
 
     def status(self, n_channels: int) -> tuple[np.ndarray, np.ndarray]:
         """(slow, healthy) boolean arrays over channels, from the moving averages."""
@@ -159,6 +195,9 @@ class TransferTracker:
         wc = np.bincount(ch, self.cur * self.W, n_channels)
         nest = np.bincount(ch, est.astype(np.float64), n_channels)
         safe = np.maximum(W, 1e-12)
+        # the channel's mean is its entries' weighted by W: its variance theirs weighted by W squared
+        var = np.bincount(ch, np.where(est, (self.W * self._se(np.arange(self.n))) ** 2, 0.0), n_channels)
+        self.se = np.sqrt(var) / safe
         self.ratio = np.exp(S / safe)
         self.ex_rate = EX.astype(np.float64)
         self.slow_frac = SF / safe
@@ -170,6 +209,7 @@ class TransferTracker:
         slow = (
             enough
             & (self.ratio >= cfg.comm_ratio)
+            & (np.log(self.ratio) >= cfg.comm_z * self.se)
             & (self.ex_rate >= cfg.comm_channel_effect)
             & (self.slow_frac >= 0.5)
         )
