@@ -91,7 +91,7 @@ def create_app(
 
 def _detector_factory() -> Callable[[str], Any] | None:
     try:
-        from rankwatch.detector import DetectorConfig, JobDetector  # type: ignore[attr-defined,unused-ignore]
+        from rankwatch.detector import DetectorConfig, JobDetector
     except ImportError:
         return None
 
