@@ -6,7 +6,9 @@ simply stops sending. When one rank crashes and the launcher then terminates all
 every rank ends, but only the first casualty is the suspect: the casualties are ordered by when
 they ended (a crash or termination by the batch that said so; a silent rank by its last heartbeat
 plus half a send period) and only those at the head of the wave are named. Everyone terminating
-at once with nobody before them is a job stopped by its launcher, not a fault.
+at once with nobody before them is a job stopped by its launcher, not a fault. A rank whose crash
+says a peer went away (gloo's "Connection closed by peer", NCCL's "remote process exited", ...)
+is a victim like a terminated one: it is named only when nobody crashed on their own.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 from rankwatch.detector.config import DetectorConfig
 from rankwatch.sim.blocks import STATE_CODES
 
-__all__ = ["Casualty", "Liveness"]
+__all__ = ["Casualty", "Liveness", "peer_failure"]
 
 RUNNING, GOODBYE, TERMINATING, CRASHED = (STATE_CODES[s] for s in ("running", "goodbye", "terminating", "crashed"))
 
@@ -28,7 +30,29 @@ RUNNING, GOODBYE, TERMINATING, CRASHED = (STATE_CODES[s] for s in ("running", "g
 class Casualty:
     rank: int
     at: float  # server time it ended (estimated for silent ranks)
-    how: str  # crashed, terminating, silent
+    how: str  # crashed, peer (crashed because a peer went away), terminating, silent
+
+
+# what the backends raise in the survivors when another rank's process goes away
+_PEER_FAILURE = (
+    "connection closed by peer",
+    "remote worker crash",
+    "connection reset by peer",
+    "broken pipe",
+    "remote process exited",
+    "remote peer",
+    "socket closed",
+    "nccl communicator was aborted",
+    "process group was aborted",
+    "timed out in call to",
+    "watchdog caught collective operation timeout",
+)
+
+
+def peer_failure(reason: str | None) -> bool:
+    """Whether a crash reason says the rank failed because another rank went away."""
+    text = (reason or "").lower()
+    return any(p in text for p in _PEER_FAILURE)
 
 
 def _grow(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
@@ -104,7 +128,8 @@ class Liveness:
         cfg = self.cfg
         out: list[Casualty] = []
         for r in np.flatnonzero(self.state == CRASHED).tolist():
-            out.append(Casualty(r, float(self.state_at[r]), "crashed"))
+            how = "peer" if peer_failure(self.notes.get(r, {}).get("end_reason")) else "crashed"
+            out.append(Casualty(r, float(self.state_at[r]), how))
         for r in np.flatnonzero(self.state == TERMINATING).tolist():
             out.append(Casualty(r, float(self.state_at[r]), "terminating"))
         for r in np.flatnonzero(self.silent(now, cfg.silent_flushes)).tolist():
@@ -128,7 +153,13 @@ class Liveness:
         wave = [c for c in wave if c.how != "silent" or dead[c.rank] or ended]
         if not wave:
             return [], []
-        primary = [c for c in wave if c.how != "terminating"]
+        primary = [c for c in wave if c.how in ("crashed", "silent")]
+        if not primary:
+            # nobody crashed on their own: the cause may still be going silent; once it had time
+            # to, the first victim is the best lead there is
+            peers = [c for c in wave if c.how == "peer"]
+            if peers:
+                return ([peers[0]] if now - peers[0].at > cfg.dead_after_s else []), wave
         if primary:
             t1 = primary[0].at
             return [c for c in primary if c.at <= t1 + cfg.casualty_tie_s], wave
