@@ -7,6 +7,7 @@ The service and torch are imported only by the subcommands that need them, so ``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -79,6 +80,46 @@ def main(argv: list[str] | None = None) -> int:
     agent.add_argument("--max-batches", type=int, default=256, help="most batches in one request (256)")
     agent.add_argument("--log-level", default="info", help="debug, info, warning, error (default info)")
 
+    sim = sub.add_parser(
+        "simulate",
+        help="simulate a labelled job (with faults) and run it through the detector, or record or replay it",
+        description="Simulate a job laid out as tensor x pipeline x data parallel groups on nodes, with faults "
+        "injected, exactly as its ranks' hooks would send it. By default the batches go through the detector "
+        "here and its findings are printed against what was injected; --out records them; --send replays them "
+        "to a running service in real time.",
+        epilog="Fault: comma-separated key=value, e.g. kind=slow_compute,where=rank,ranks=5,factor=1.5,onset=20 or "
+        "kind=slow_comm,where=link,nodes=0+1,factor=3. kind: slow_compute, slow_comm, hang_compute, hang_comm, stop, "
+        "crash; where: rank, node, nic, rnic, link, nvl; ranks/nodes: '+'-separated; also duration=, flap=ON+OFF, "
+        "silent=1, kill_after=.",
+    )
+    sim.add_argument("--tp", type=int, default=4, help="tensor-parallel degree (4)")
+    sim.add_argument("--pp", type=int, default=1, help="pipeline stages (1)")
+    sim.add_argument("--dp", type=int, default=4, help="data-parallel degree (4)")
+    sim.add_argument("--gpus-per-node", type=int, default=8, help="ranks per node (8)")
+    sim.add_argument("--rate", type=float, default=100.0, help="collectives per rank per second (100)")
+    sim.add_argument(
+        "--profile",
+        default="everything",
+        help="jitter profile: quiet, cpu_noise, gc, first_step, checkpoint, data, everything (default: everything)",
+    )
+    sim.add_argument("--duration", type=float, default=60.0, help="simulated seconds (60)")
+    sim.add_argument("--seed", type=int, default=0, help="random seed (0)")
+    sim.add_argument("--fault", action="append", default=[], help="a fault to inject (repeatable; see below)")
+    sim.add_argument("--out", type=Path, help="write the batches to this recording instead of detecting")
+    sim.add_argument("--send", metavar="URL", help="replay the batches to this service in real time")
+    sim.add_argument("--json", action="store_true", help="print the findings as JSON")
+
+    ev = sub.add_parser(
+        "evaluate",
+        help="run the detector's labelled evaluation suite and print precision, recall and latency per class",
+        description="Run the evaluation suite (rankwatch.sim.suite) through the real detector. 'tune' is what the "
+        "thresholds were tuned on; 'heldout' uses layouts, jitter profiles, rates and seeds never used in tuning.",
+    )
+    ev.add_argument("--split", default="smoke", choices=("smoke", "tune", "heldout"), help="which suite (smoke)")
+    ev.add_argument("--workers", type=int, default=1, help="processes to run scenarios in (1)")
+    ev.add_argument("--only", help="only scenarios whose name contains this")
+    ev.add_argument("--misses", action="store_true", help="list scenarios with a miss or a false suspect")
+
     sub.add_parser("version", help="print the version")
 
     args = parser.parse_args(argv)
@@ -88,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         return _agent(args)
     if args.command == "demo":
         return _demo(args)
+    if args.command == "simulate":
+        return _simulate(args)
+    if args.command == "evaluate":
+        return _evaluate(args)
     if args.command == "version":
         print(f"rankwatch {__version__}")
         return 0
@@ -364,3 +409,131 @@ def _demo_report(job: dict[str, Any] | None, suspects: list[dict[str, Any]], as_
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- simulate / evaluate --------------------------------------------------------------------------
+def _parse_fault(spec: str) -> Any:
+    from rankwatch.sim import Fault
+
+    kw: dict[str, Any] = {}
+    for part in spec.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SystemExit(f"rankwatch simulate: --fault {spec!r}: expected key=value pairs, got {part!r}")
+        if key in ("ranks", "nodes"):
+            kw[key] = tuple(int(x) for x in value.split("+") if x)
+        elif key == "flap":
+            on, _, off = value.partition("+")
+            kw[key] = (float(on), float(off))
+        elif key in ("factor", "onset", "duration", "kill_after"):
+            kw[key] = float(value)
+        elif key == "silent":
+            kw[key] = value.lower() in ("1", "true", "yes")
+        elif key in ("kind", "where"):
+            kw[key] = value
+        else:
+            raise SystemExit(f"rankwatch simulate: --fault {spec!r}: unknown key {key!r}")
+    try:
+        return Fault(**kw)
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"rankwatch simulate: --fault {spec!r}: {e}") from None
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from rankwatch.sim import PROFILES, Layout, Scenario, Workload
+
+    if args.profile not in PROFILES:
+        raise SystemExit(f"rankwatch simulate: unknown profile {args.profile!r}; one of {', '.join(PROFILES)}")
+    lay = Layout(tp=args.tp, pp=args.pp, dp=args.dp, gpus_per_node=args.gpus_per_node)
+    faults = tuple(_parse_fault(f) for f in args.fault)
+    sc = Scenario(
+        name="cli",
+        layout=lay,
+        workload=Workload.for_rate(args.rate, lay),
+        profile=PROFILES[args.profile],
+        faults=faults,
+        duration=args.duration,
+        seed=args.seed,
+    )
+    if args.out is not None:
+        from rankwatch.sim.record import simulate
+
+        summary = simulate(sc, args.out)
+        print(
+            f"wrote {summary.batches} batches ({summary.records} op records, {summary.bytes} bytes) "
+            f"of {summary.ranks} ranks over {summary.duration:g} s to {summary.path}"
+        )
+        return 0
+    if args.send:
+        return _replay(sc, args.send)
+    from rankwatch.detector.evaluate import run_scenario
+
+    res = run_scenario(sc, keep_findings=True)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(res), indent=2, default=str))
+        return 0
+    print(
+        f"{lay.world} ranks on {lay.n_nodes} nodes, {res.coll_per_s:.0f} collectives/s per rank, "
+        f"{sc.duration:g} s simulated in {res.cpu_s:.1f} s of CPU"
+    )
+    for i, e in enumerate(res.expected):
+        lat = res.latency[i]
+        got = "MISSED" if lat is None else f"found after {lat:.1f} s"
+        where = e.link or e.nodes if e.level != "rank" else e.ranks
+        print(f"  injected {e.kind} at {e.level} {where}: {got}")
+    for r in res.reported:
+        tag = "right" if r.match >= 0 else "FALSE"
+        link = "" if r.link is None else f" link={r.link[0]}-{r.link[1]}"
+        print(
+            f"  reported [{tag}] {r.kind} {r.level} ranks={r.ranks[:16]} nodes={r.nodes[:8]}{link} at {r.first:.1f} s"
+        )
+    if not res.reported:
+        print("  reported: nothing")
+    ok = all(x is not None for x in res.latency) and not res.false_suspects
+    return 0 if ok else 1
+
+
+def _replay(sc: Any, url: str) -> int:
+    """Send a scenario's batches to a service as its ranks would, in real time."""
+    import urllib.error
+    import urllib.request
+
+    from rankwatch.env import parse_collector_url
+    from rankwatch.sim import deliveries
+    from rankwatch.wire import CONTENT_TYPE, encode_batch
+
+    target = parse_collector_url(url)
+    if target is None:
+        raise SystemExit("rankwatch simulate: --send needs a service URL, e.g. http://127.0.0.1:7433")
+    headers = {"Content-Type": CONTENT_TYPE}
+    if target.token:
+        headers["Authorization"] = f"Bearer {target.token}"
+    t0 = time.monotonic()
+    sent = failed = 0
+    for d in deliveries(sc):
+        wait = d.received_at - (time.monotonic() - t0)
+        if wait > 0:
+            time.sleep(wait)
+        body = encode_batch(d.batch.header, d.batch.records)
+        req = urllib.request.Request(target.base + "/ingest", data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                resp.read()
+            sent += 1
+        except (urllib.error.URLError, OSError) as e:
+            failed += 1
+            if failed <= 3:
+                print(f"rankwatch simulate: a batch was refused: {e}", file=sys.stderr)
+    print(f"sent {sent} batches of job {sc.job} ({failed} refused)")
+    return 0 if failed == 0 else 1
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from rankwatch.detector.evaluate import evaluate_suite
+
+    rep = evaluate_suite(args.split, workers=args.workers, only=args.only)
+    print(rep.table())
+    if args.misses:
+        print(rep.misses())
+    return 0

@@ -1,0 +1,7 @@
+"""``python -m rankwatch``: the same as the ``rankwatch`` command."""
+
+import sys
+
+from rankwatch.cli import main
+
+sys.exit(main())
