@@ -49,7 +49,9 @@ def localise(
         tol: a place still counts if at most this share of its known channels are healthy
             (one misjudged channel must not clear the real culprit).
         prefer: places named before (one list per earlier culprit): they explain what they still
-            can first, so an ongoing fault keeps its name while the evidence flickers.
+            can first, so an ongoing fault keeps its name while the evidence flickers — unless
+            another place now explains all of that and more (a link named first, then the rest of
+            its node's channels turning slow: the node's NIC it is).
     """
     if not faulty:
         return []
@@ -68,7 +70,8 @@ def localise(
     for places in prefer or []:
         preferred = [p for p in places if p in bad and good[p] <= 0.5 * bad[p]]
         covered = {ch for ch in remaining if any(p in fp[ch] for p in preferred)}
-        if preferred and covered:
+        wider = any(covered < {ch for ch in remaining if p in fp[ch]} for p in cands if p not in preferred)
+        if preferred and covered and not wider:
             out.append(_culprit(topo, preferred, sorted(covered)))
             remaining -= covered
             cands -= set(preferred)
