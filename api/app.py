@@ -101,6 +101,45 @@ def _detector_factory() -> Callable[[str], Any] | None:
     return make
 
 
+def _metrics_text(collector: Collector) -> str:
+    from sqlalchemy import func, select
+
+    from rankwatch.collector.models import DeliveryRow, SuspectRow
+
+    lines: list[str] = []
+
+    def metric(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> None:
+        lines.append(f"# HELP {name} {help_}")
+        lines.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            lines.append(f"{name}{labels} {value:g}")
+
+    st = collector.stats
+    metric("rankwatch_ingest_batches_total", "counter", "Batches accepted.", [("", st["batches"])])
+    metric("rankwatch_ingest_records_total", "counter", "Op records accepted.", [("", st["records"])])
+    metric("rankwatch_ingest_duplicates_total", "counter", "Replayed batches dropped.", [("", st["duplicates"])])
+    metric("rankwatch_ingest_rejected_total", "counter", "Batches refused with a 4xx.", [("", st["rejected"])])
+    metric("rankwatch_jobs_in_memory", "gauge", "Jobs this process analyses now.", [("", len(collector.jobs))])
+    with collector.db.sessions() as s:
+        sus = s.execute(
+            select(SuspectRow.kind, SuspectRow.status, func.count()).group_by(SuspectRow.kind, SuspectRow.status)
+        ).all()
+        dels = s.execute(select(DeliveryRow.status, func.count()).group_by(DeliveryRow.status)).all()
+    metric(
+        "rankwatch_suspects",
+        "gauge",
+        "Suspects in the database by kind and status.",
+        [(f'{{kind="{k}",status="{st_}"}}', n) for k, st_, n in sus],
+    )
+    metric(
+        "rankwatch_webhook_deliveries",
+        "gauge",
+        "Webhook deliveries by status.",
+        [(f'{{status="{st_}"}}', n) for st_, n in dels],
+    )
+    return "\n".join(lines) + "\n"
+
+
 class CommandCreate(BaseModel):
     """A command for the ranks of a live job, delivered in the replies to their next batches."""
 
@@ -150,6 +189,12 @@ def _install_routes(app: FastAPI, settings: Settings) -> None:
         """Liveness: open to everyone, says nothing secret."""
         c = getattr(request.app.state, "collector", None)
         return {"ok": True, "version": __version__, "jobs": len(c.jobs) if c is not None else 0}
+
+    @app.get("/metrics", tags=["service"], response_class=Response)
+    def read_metrics(_: ReadDep, collector: CollectorDep) -> Response:
+        """Prometheus metrics (text format 0.0.4): ingest counters, jobs in memory, suspects by kind
+        and status, webhook deliveries by status. Needs a read token like every other GET."""
+        return Response(_metrics_text(collector), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.post("/ingest", tags=["ingest"])
     async def create_batch(request: Request, principal: IngestDep, collector: CollectorDep) -> Response:
