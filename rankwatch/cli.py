@@ -379,10 +379,16 @@ def _demo_status(collector: Any, job_id: str, elapsed: float, shown: set[str]) -
 
 
 def _suspect_line(s: dict[str, Any]) -> str:
-    where = s.get("link") or s.get("nodes") if s.get("level") != "rank" else f"rank {s.get('ranks')}"
+    level = s.get("level")
+    if level == "link" and s.get("link"):
+        where = "link " + "-".join(s["link"])
+    elif level == "node":
+        where = "node " + ",".join(s.get("nodes") or []) + f" (ranks {s.get('ranks')})"
+    else:
+        where = f"rank {','.join(str(r) for r in s.get('ranks') or [])} on {','.join(s.get('nodes') or [])}"
     slow = s.get("slowdown")
     how = f"job {slow:.2f}x slower" if isinstance(slow, (int, float)) else "job stopped"
-    return f"{s.get('kind')} at {s.get('level')} {where}: {how} (score {s.get('score', 0):.2f})"
+    return f"{s.get('kind')} at {where}: {how} (score {s.get('score', 0):.2f})"
 
 
 def _demo_report(job: dict[str, Any] | None, suspects: list[dict[str, Any]], as_json: bool) -> None:
