@@ -363,7 +363,7 @@ class LatenessTracker:
         lv[first] = ex_late[first]
         nz[first] = 0.0
         upd = ok & ~first
-        an = np.where(n_age < cfg.noise_warm_s, dt / np.maximum(n_age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
+        an = np.where(n_age < cfg.baseline_warm_s, dt / np.maximum(n_age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
         d = np.clip(ex_late[upd] - lv[upd], -3.0 * thr[upd], 3.0 * thr[upd])
         au = an[upd]
         lv[upd] += au * d
