@@ -363,9 +363,10 @@ class LatenessTracker:
         lv[first] = ex_late[first]
         nz[first] = 0.0
         upd = ok & ~first
-        an = np.where(n_age < cfg.noise_warm_s, dt / np.maximum(n_age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
+        # weights as the baseline's (``a``): while a slot has had no calm spell (start-up, or a rank
+        # slow from the start) the newest sample stands alone, so start-up swings are not kept
         d = np.clip(ex_late[upd] - lv[upd], -3.0 * thr[upd], 3.0 * thr[upd])
-        au = an[upd]
+        au = a[upd]
         lv[upd] += au * d
         nz[upd] = np.sqrt((1.0 - au) * (nz[upd] ** 2 + au * d * d))
         n_age[ok] += dt
