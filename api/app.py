@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from rankwatch import __version__
 from rankwatch.api.auth import Principal, TokenStore
+from rankwatch.api.remediation import Executor, make_router
 from rankwatch.collector.db import open_database
 from rankwatch.collector.service import Collector
 from rankwatch.collector.settings import Settings
@@ -67,10 +68,14 @@ def create_app(settings: Settings | None = None, *, collector: Collector | None 
             app.state.collector = Collector(settings, db, detector_factory=_detector_factory())
             app.state.collector.load()
             app.state.collector.start()
+        app.state.executor = Executor(app.state.collector)
+        if own:
+            app.state.executor.start()
         try:
             yield
         finally:
             if own:
+                app.state.executor.stop()
                 app.state.collector.stop()
                 app.state.collector.db.close()
 
@@ -86,6 +91,7 @@ def create_app(settings: Settings | None = None, *, collector: Collector | None 
         app.state.collector = collector
     _install_error_handlers(app)
     _install_routes(app, settings)
+    app.include_router(make_router(_scope("read"), _scope("admin")))
     return app
 
 

@@ -119,3 +119,16 @@ class EventRow(Base):
     suspect_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class StandbyRow(Base):
+    """A spare node registered for swaps and restarts, per cluster."""
+
+    __tablename__ = "standby_nodes"
+
+    cluster: Mapped[str] = mapped_column(String(128), primary_key=True)
+    node: Mapped[str] = mapped_column(String(256), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))  # free | used
+    job_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    added_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)

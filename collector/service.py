@@ -16,10 +16,12 @@ from typing import Any
 
 from sqlalchemy import select
 
+from rankwatch.collector.actions import ActionBook
 from rankwatch.collector.db import Database
 from rankwatch.collector.flight import align_dumps
 from rankwatch.collector.jobs import GroupInfo, JobState, RankInfo, iso
 from rankwatch.collector.models import GroupRow, JobRow, RankRow
+from rankwatch.collector.policy import Policy
 from rankwatch.collector.settings import Settings
 from rankwatch.collector.suspects import SuspectStore
 from rankwatch.errors import WireError
@@ -57,7 +59,8 @@ class Collector:
         self.detector_factory = detector_factory
         self.stats = {"batches": 0, "records": 0, "duplicates": 0, "rejected": 0}
         self._last_persist = 0.0
-        self.suspects = SuspectStore(db)
+        self.actions = ActionBook(db, Policy(mode=settings.policy, actuator=settings.actuator))
+        self.suspects = SuspectStore(db, actions=self.actions)
         self.analyzers: list[Callable[[JobState, float], None]] = [self.analyze_job]
 
     # -- ingest -----------------------------------------------------------------------------------
@@ -160,6 +163,18 @@ class Collector:
             return None
         with job.lock:
             return dict(job.flight_recorder)
+
+    def set_policy(self, job_id: str, policy: dict[str, Any]) -> bool:
+        """Store a job's remediation policy (validated by the caller); False for an unknown job."""
+        job = self.jobs.get(job_id)
+        if job is not None:
+            self.persist([job])
+        with self.db.sessions.begin() as s:
+            row = s.get(JobRow, job_id)
+            if row is None:
+                return False
+            row.policy = policy
+        return True
 
     # -- persistence ------------------------------------------------------------------------------
     def load(self) -> int:

@@ -69,8 +69,9 @@ def suspect_public(row: SuspectRow, history: Sequence[SuspectHistoryRow] | None 
 class SuspectStore:
     """Reads and writes suspects; one per service process."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, actions: Any = None) -> None:
         self.db = db
+        self.actions = actions  # an ActionBook: plans what the job's policy says for a new suspect
 
     def reconcile(self, job_id: str, findings: Sequence[Any], ready: bool, now: float) -> list[dict[str, Any]]:
         """Apply one analysis pass for a job; returns the events it wrote (opened/resolved)."""
@@ -90,6 +91,8 @@ class SuspectStore:
                     s.flush()
                     s.add(_history(row, now, "opened"))
                     events.append(_event(s, row, now, "suspect.opened"))
+                    if self.actions is not None:
+                        self.actions.plan(s, row, events[-1]["suspect"], now)
                 elif now - row.updated_at >= UPDATE_EVERY_S or _changed(row, f):
                     _update(row, f, now)
             if ready:
