@@ -11,13 +11,16 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from rankwatch import __version__
-from rankwatch.api.auth import Principal, TokenStore
+from rankwatch.api.auth import TokenStore
+from rankwatch.api.delivery import WebhookDispatcher
+from rankwatch.api.deps import AdminDep, CollectorDep, IngestDep, ReadDep, require
 from rankwatch.api.remediation import Executor, make_router
+from rankwatch.api.webhooks import router as webhooks_router
 from rankwatch.collector.db import open_database
 from rankwatch.collector.service import Collector
 from rankwatch.collector.settings import Settings
@@ -29,36 +32,23 @@ __all__ = ["create_app"]
 logger = logging.getLogger(__name__)
 
 
-def _scope(need: str) -> Callable[[Request], Principal]:
-    def dependency(request: Request) -> Principal:
-        tokens: TokenStore = request.app.state.tokens
-        return tokens.authenticate(request.headers.get("authorization"), need)
-
-    dependency.__name__ = f"require_{need}"
-    return dependency
-
-
-IngestDep = Annotated[Principal, Depends(_scope("ingest"))]
-ReadDep = Annotated[Principal, Depends(_scope("read"))]
-AdminDep = Annotated[Principal, Depends(_scope("admin"))]
-
-
-def get_collector(request: Request) -> Collector:
-    return request.app.state.collector  # type: ignore[no-any-return]
-
-
-CollectorDep = Annotated[Collector, Depends(get_collector)]
-
-
-def create_app(settings: Settings | None = None, *, collector: Collector | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    collector: Collector | None = None,
+    webhooks: WebhookDispatcher | None = None,
+) -> FastAPI:
     """Build the service.
 
     Args:
         settings: the service's settings (default: from the environment).
         collector: an already built collector (tests); by default one is built at start-up on
             ``settings.database_url`` and its background loop started.
+        webhooks: the webhook delivery worker (tests pass one with a pinned resolver); by default
+            one is built. Either way it starts with the app and delivers from the collector's database.
     """
     settings = settings or Settings()
+    dispatcher = webhooks or WebhookDispatcher(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -68,12 +58,14 @@ def create_app(settings: Settings | None = None, *, collector: Collector | None 
             app.state.collector = Collector(settings, db, detector_factory=_detector_factory())
             app.state.collector.load()
             app.state.collector.start()
+        dispatcher.start(app.state.collector.db)
         app.state.executor = Executor(app.state.collector)
         if own:
             app.state.executor.start()
         try:
             yield
         finally:
+            dispatcher.stop()
             if own:
                 app.state.executor.stop()
                 app.state.collector.stop()
@@ -87,11 +79,13 @@ def create_app(settings: Settings | None = None, *, collector: Collector | None 
     )
     app.state.settings = settings
     app.state.tokens = TokenStore(settings)
+    app.state.webhooks = dispatcher
     if collector is not None:
         app.state.collector = collector
     _install_error_handlers(app)
     _install_routes(app, settings)
-    app.include_router(make_router(_scope("read"), _scope("admin")))
+    app.include_router(webhooks_router)
+    app.include_router(make_router(require("read"), require("admin")))
     return app
 
 

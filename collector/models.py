@@ -8,10 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-__all__ = ["Base", "EventRow", "GroupRow", "JobRow", "RankRow", "SuspectHistoryRow", "SuspectRow"]
+__all__ = [
+    "Base",
+    "DeliveryAttemptRow",
+    "DeliveryRow",
+    "EventRow",
+    "GroupRow",
+    "JobRow",
+    "OutboxCursorRow",
+    "RankRow",
+    "SuspectHistoryRow",
+    "StandbyRow",
+    "SuspectRow",
+    "WebhookRow",
+]
 
 
 class Base(DeclarativeBase):
@@ -119,6 +132,77 @@ class EventRow(Base):
     suspect_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+class WebhookRow(Base):
+    """A webhook subscription: where to send which events, in which format (``kind``).
+
+    ``secret`` (signing key) and ``routing_key`` (PagerDuty) are kept so deliveries can use them;
+    the API never shows them after creation.
+    """
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(16))
+    url: Mapped[str] = mapped_column(Text)
+    description: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    secret: Mapped[str | None] = mapped_column(Text, nullable=True)
+    routing_key: Mapped[str | None] = mapped_column(Text, nullable=True)
+    job_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    kinds: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    min_score: Mapped[float | None] = mapped_column(Float, nullable=True)
+    events: Mapped[list[Any]] = mapped_column(JSON)
+    after_event_id: Mapped[int] = mapped_column(Integer, default=0)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    disabled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    disabled_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class DeliveryRow(Base):
+    """One message to one subscription: pending until delivered or dead; ``msg_id`` never changes."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (UniqueConstraint("webhook_id", "event_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"), index=True)
+    event_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    event_type: Mapped[str] = mapped_column(String(64))
+    msg_id: Mapped[str] = mapped_column(String(64), unique=True)
+    order_key: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    body: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    next_attempt_at: Mapped[float] = mapped_column(Float, index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    tries: Mapped[int] = mapped_column(Integer, default=0)
+    delivered_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class DeliveryAttemptRow(Base):
+    """One HTTP attempt of a delivery: when, the status code or the error, how long it took."""
+
+    __tablename__ = "webhook_attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[int] = mapped_column(ForeignKey("webhook_deliveries.id", ondelete="CASCADE"), index=True)
+    at: Mapped[float] = mapped_column(Float)
+    duration_ms: Mapped[float] = mapped_column(Float)
+    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class OutboxCursorRow(Base):
+    """How far a reader of the events outbox has got (``webhooks``: fanned out up to ``event_id``)."""
+
+    __tablename__ = "outbox_cursors"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    event_id: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class StandbyRow(Base):

@@ -50,6 +50,13 @@ class Settings(BaseSettings):
     webhook_allow: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Hosts/CIDRs webhooks may reach despite the SSRF guard."
     )
+    webhook_timeout_s: float = Field(10.0, gt=0, description="Seconds one webhook attempt may take, all in.")
+    webhook_max_attempts: int = Field(12, ge=1, description="Attempts before a webhook delivery is dead.")
+    webhook_retry_base_s: float = Field(5.0, gt=0, description="First retry delay; doubles per attempt, jittered.")
+    webhook_retry_cap_s: float = Field(3600.0, gt=0, description="Longest delay between two webhook attempts.")
+    public_url: str | None = Field(
+        None, description="This service's URL as people reach it, for links in pages (default: from host and port)."
+    )
     policy: str = Field("observe", description="Default remediation policy for all jobs: observe, approve or auto.")
     actuator: str = Field("none", description="Default actuator for all jobs.")
     analysis_interval_s: float = Field(0.5, gt=0, description="Seconds between analysis passes over each job.")

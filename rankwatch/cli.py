@@ -88,6 +88,8 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokens-file", type=Path, help="file of '<scope> <token> [job=<id>]' lines, re-read on change")
     p.add_argument("--certfile", type=Path, help="TLS certificate (PEM); with --keyfile, serve HTTPS")
     p.add_argument("--keyfile", type=Path, help="TLS private key (PEM)")
+    p.add_argument("--webhook-allow", help="comma-separated hosts/CIDRs webhooks may reach despite the SSRF guard")
+    p.add_argument("--public-url", help="this service's URL as people reach it, for links in pages")
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
 
 
@@ -105,10 +107,12 @@ def _settings_from(args: argparse.Namespace) -> Any:
         "tokens_file",
         "certfile",
         "keyfile",
+        "webhook_allow",
+        "public_url",
         "log_level",
     )
     overrides = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
-    for k in ("ingest_tokens", "read_tokens", "admin_tokens"):
+    for k in ("ingest_tokens", "read_tokens", "admin_tokens", "webhook_allow"):
         if k in overrides:
             overrides[k] = [t.strip() for t in overrides[k].split(",") if t.strip()]
     return Settings(**overrides)

@@ -5,6 +5,7 @@
     ├── WireError                  a batch is malformed (the collector answers 400 with the message)
     ├── InjectSpecError            RANKWATCH_INJECT cannot be parsed
     ├── AuthError                  no token, or not one with the scope the route needs (401/403)
+    ├── UnsafeURLError             (also a ValueError) a webhook URL the SSRF guard refuses
     └── MissingExtraError          (also an ImportError) an optional extra is not installed
 
 The service maps these to HTTP in one place (``rankwatch.api``); the hooks never let any of them
@@ -13,7 +14,15 @@ reach training code.
 
 from __future__ import annotations
 
-__all__ = ["AuthError", "ConfigError", "InjectSpecError", "MissingExtraError", "RankwatchError", "WireError"]
+__all__ = [
+    "AuthError",
+    "ConfigError",
+    "InjectSpecError",
+    "MissingExtraError",
+    "RankwatchError",
+    "UnsafeURLError",
+    "WireError",
+]
 
 
 class RankwatchError(Exception):
@@ -37,6 +46,10 @@ class MissingExtraError(RankwatchError, ImportError):
 
     def __init__(self, what: str, extra: str) -> None:
         super().__init__(f"{what} needs an optional dependency: pip install 'rankwatch[{extra}]'")
+
+
+class UnsafeURLError(RankwatchError, ValueError):
+    """A webhook URL is malformed, or reaches an address the SSRF guard refuses; the message says which."""
 
 
 class AuthError(RankwatchError):
