@@ -14,17 +14,21 @@ from typing import Annotated, Any, Literal
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import OperationalError
 
 from rankwatch import __version__
 from rankwatch.api.auth import TokenStore
 from rankwatch.api.delivery import WebhookDispatcher
 from rankwatch.api.deps import AdminDep, CollectorDep, IngestDep, ReadDep, require
+from rankwatch.api.ingest import FastIngestAPI
 from rankwatch.api.remediation import Executor, make_router
 from rankwatch.api.webhooks import router as webhooks_router
 from rankwatch.collector.db import open_database
+from rankwatch.collector.routing import FORWARDED_HEADER, IngestRouter
 from rankwatch.collector.service import Collector
 from rankwatch.collector.settings import Settings
 from rankwatch.errors import AuthError, WireError
+from rankwatch.multibatch import MULTI_CONTENT_TYPE
 from rankwatch.wire import CONTENT_TYPE
 
 __all__ = ["create_app"]
@@ -66,12 +70,13 @@ def create_app(
             yield
         finally:
             dispatcher.stop()
+            await app.state.router.aclose()
             if own:
                 app.state.executor.stop()
                 app.state.collector.stop()
                 app.state.collector.db.close()
 
-    app = FastAPI(
+    app = FastIngestAPI(
         title="rankwatch",
         version=__version__,
         description="Which rank, node or link is slowing or hanging your distributed training job.",
@@ -80,6 +85,7 @@ def create_app(
     app.state.settings = settings
     app.state.tokens = TokenStore(settings)
     app.state.webhooks = dispatcher
+    app.state.router = IngestRouter()
     if collector is not None:
         app.state.collector = collector
     _install_error_handlers(app)
@@ -91,7 +97,7 @@ def create_app(
 
 def _detector_factory() -> Callable[[str], Any] | None:
     try:
-        from rankwatch.detector import DetectorConfig, JobDetector  # type: ignore[attr-defined,unused-ignore]
+        from rankwatch.detector import DetectorConfig, JobDetector
     except ImportError:
         return None
 
@@ -136,6 +142,11 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def _forbidden(_request: Request, exc: PermissionError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=403)
 
+    @app.exception_handler(OperationalError)
+    async def _database_down(_request: Request, exc: OperationalError) -> JSONResponse:
+        logger.warning("database unavailable: %s", type(exc.orig).__name__)
+        return JSONResponse({"detail": "the database is unavailable; retry"}, status_code=503)
+
 
 def _install_routes(app: FastAPI, settings: Settings) -> None:
     max_body = int(settings.max_body_mb * 1024 * 1024)
@@ -148,13 +159,18 @@ def _install_routes(app: FastAPI, settings: Settings) -> None:
 
     @app.post("/ingest", tags=["ingest"])
     async def create_batch(request: Request, principal: IngestDep, collector: CollectorDep) -> Response:
-        """Take one batch from a rank (wire format, ``Content-Type: application/vnd.rankwatch.batch``).
+        """Take one batch from a rank (wire format, ``Content-Type: application/vnd.rankwatch.batch``),
+        or several ranks' batches from ``rankwatch agent`` (``application/vnd.rankwatch.multibatch``,
+        answered ``{"results": [...]}``, one reply per batch).
 
-        The reply carries the commands waiting for that rank.
+        The reply carries the commands waiting for that rank. With several service processes,
+        a batch of a job another process analyses is forwarded there and its reply relayed.
         """
         ctype = request.headers.get("content-type", "").split(";")[0].strip()
-        if ctype not in (CONTENT_TYPE, "application/octet-stream"):
-            raise HTTPException(415, f"batches must be sent as {CONTENT_TYPE}, not {ctype or 'no content type'}")
+        if ctype not in (CONTENT_TYPE, MULTI_CONTENT_TYPE, "application/octet-stream"):
+            raise HTTPException(
+                415, f"batches must be sent as {CONTENT_TYPE} or {MULTI_CONTENT_TYPE}, not {ctype or 'no content type'}"
+            )
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > max_body:
             raise HTTPException(413, f"batch is {length} bytes; the limit is {max_body}")
@@ -163,8 +179,18 @@ def _install_routes(app: FastAPI, settings: Settings) -> None:
             body += chunk
             if len(body) > max_body:
                 raise HTTPException(413, f"batch is larger than the limit of {max_body} bytes")
-        result = collector.ingest(bytes(body), bound_job=principal.job)
-        return JSONResponse(result)
+        router: IngestRouter = request.app.state.router
+        auth = request.headers.get("authorization")
+        forwarded = FORWARDED_HEADER.lower() in request.headers
+        if ctype == MULTI_CONTENT_TYPE:
+            multi = await router.ingest_multi(
+                collector, bytes(body), bound_job=principal.job, authorization=auth, forwarded=forwarded
+            )
+            return JSONResponse(multi)
+        status, reply = await router.ingest(
+            collector, bytes(body), bound_job=principal.job, authorization=auth, forwarded=forwarded
+        )
+        return JSONResponse(reply, status_code=status)
 
     @app.get("/jobs", tags=["jobs"])
     def read_jobs(_: ReadDep, collector: CollectorDep) -> list[dict[str, Any]]:
@@ -179,6 +205,23 @@ def _install_routes(app: FastAPI, settings: Settings) -> None:
         if job is None:
             raise HTTPException(404, f"no job {job_id!r}")
         return job
+
+    @app.get("/jobs/{job_id}/summaries", tags=["jobs"])
+    def read_job_summaries(
+        job_id: str,
+        _: ReadDep,
+        collector: CollectorDep,
+        group: str | None = None,
+        since: Annotated[float | None, Query(description="window start at or after, seconds since the epoch")] = None,
+        until: Annotated[float | None, Query(description="window start before, seconds since the epoch")] = None,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+    ) -> list[dict[str, Any]]:
+        """Per-group summaries over time, newest window first: op records, bytes, ranks reporting,
+        and in-collective time (sum, min, p50, p99, max) per group per window
+        (``RANKWATCH_SUMMARY_WINDOW_S``). Written every ``RANKWATCH_PERSIST_INTERVAL_S``."""
+        if not collector.knows_job(job_id):
+            raise HTTPException(404, f"no job {job_id!r}")
+        return collector.summaries(job_id, group=group, since=since, until=until, limit=limit)
 
     @app.get("/jobs/{job_id}/ops", tags=["jobs"])
     def read_job_ops(

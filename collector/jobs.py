@@ -2,7 +2,8 @@
 
 One ``JobState`` per job, updated by every accepted batch under the job's lock. It is what
 ``GET /jobs`` shows for live jobs and what the storage layer persists; raw records go to the
-detector, never here.
+detector, never here. It remembers which ranks and groups changed since the last write, so the
+persist loop writes those rows only (a 100,000-rank job does not rewrite every rank every pass).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from rankwatch.collector.recent import RecentOps
+from rankwatch.collector.summaries import GroupSummaries
 from rankwatch.wire import KIND_NAMES, Batch, runs_to_ranks
 
-__all__ = ["Command", "GroupInfo", "JobState", "RankInfo", "iso"]
+__all__ = ["Command", "GroupInfo", "JobChanges", "JobState", "RankInfo", "iso"]
 
 _command_ids = itertools.count(1)
 
@@ -74,6 +76,26 @@ class RankInfo:
             "meta": self.meta,
         }
 
+    def row(self, job_id: str) -> dict[str, Any]:
+        """The ``ranks`` table row."""
+        return {
+            "job_id": job_id,
+            "rank": self.rank,
+            "node": self.node,
+            "pid": self.pid,
+            "incarnation": self.incarnation,
+            "restart": self.restart,
+            "state": self.state,
+            "first_seen": self.first_seen,
+            "last_seen": self.last_seen,
+            "ops": self.ops,
+            "drops": self.drops,
+            "batches": self.batches,
+            "last_batch": self.last_batch,
+            "end_reason": self.end_reason,
+            "meta": self.meta,
+        }
+
 
 @dataclass(slots=True)
 class GroupInfo:
@@ -88,6 +110,8 @@ class GroupInfo:
     ops: int = 0
     op_counts: dict[str, int] = field(default_factory=dict)
     reporters: set[int] = field(default_factory=set)
+    runs: list[Any] | None = None  # the member runs ``members`` was expanded from
+    members_dirty: bool = True  # members changed since written (a 100k-rank list is not rewritten each pass)
 
     def public(self) -> dict[str, Any]:
         members = self.members if self.members is not None else sorted(self.reporters)
@@ -100,6 +124,20 @@ class GroupInfo:
             "last_seq": self.last_seq,
             "ops": self.ops,
             "op_counts": dict(sorted(self.op_counts.items())),
+        }
+
+    def row(self, job_id: str, *, members: bool = True) -> dict[str, Any]:
+        """The ``groups`` table row (without ``members`` unless asked)."""
+        out: dict[str, Any] = {"members": self.members} if members else {}
+        return out | {
+            "job_id": job_id,
+            "gid": self.gid,
+            "desc": self.desc,
+            "size": self.size,
+            "backend": self.backend,
+            "last_seq": self.last_seq,
+            "ops": self.ops,
+            "op_counts": dict(self.op_counts),
         }
 
 
@@ -124,7 +162,7 @@ class JobState:
 
     REDELIVER_S = 10.0
 
-    def __init__(self, job_id: str, now: float) -> None:
+    def __init__(self, job_id: str, now: float, *, summary_window_s: float = 60.0) -> None:
         self.job_id = job_id
         self.first_seen = now
         self.last_seen = now
@@ -134,6 +172,11 @@ class JobState:
         self.lock = threading.RLock()
         self.commands: dict[str, Command] = {}
         self.dirty = True
+        self.stored = False  # the job's row is in the database
+        self.dirty_ranks: set[int] = set()
+        self.dirty_groups: set[str] = set()
+        self.summaries = GroupSummaries(summary_window_s)
+        self.policy: dict[str, Any] | None = None
         self.records = 0
         self.batches = 0
         self.wire_bytes = 0
@@ -175,6 +218,7 @@ class JobState:
             if old is not None:  # a restarted process: keep the rank's totals across incarnations
                 info.ops, info.batches = old.ops, old.batches
             self.ranks[rank] = info
+        self.dirty_ranks.add(rank)
         info.node = h["node"]
         info.last_seen = now
         info.last_batch = h["batch"]
@@ -198,15 +242,21 @@ class JobState:
             self.flight_recorder[rank] = {"command": fr.get("command"), "received": iso(now), "trace": fr.get("trace")}
 
         groups = h["groups"]
-        self.recent.add(rank, tuple(g["id"] for g in groups), r)
+        gids = tuple(g["id"] for g in groups)
+        self.recent.add(rank, gids, r)
         counts = _counts(r, len(groups))
+        self.summaries.add(rank, gids, r, now)
         for i, g in enumerate(groups):
             gi = self.groups.get(g["id"])
             if gi is None:
                 gi = self.groups[g["id"]] = GroupInfo(gid=g["id"])
+            self.dirty_groups.add(gi.gid)
             gi.desc = g.get("desc", gi.desc)
-            if g.get("ranks"):
-                gi.members = runs_to_ranks(g["ranks"])
+            runs = g.get("ranks")
+            if runs and runs != gi.runs:  # expanded once per change, not per batch: O(world) each
+                gi.members = runs_to_ranks(runs)
+                gi.runs = runs
+                gi.members_dirty = True
             if isinstance(g.get("size"), int):
                 gi.size = g["size"]
             gi.backend = g.get("backend", gi.backend)
@@ -216,6 +266,49 @@ class JobState:
                 gi.op_counts[kind] = gi.op_counts.get(kind, 0) + n
                 gi.ops += n
         self.dirty = True
+
+    # -- persistence ------------------------------------------------------------------------------
+    def take_changes(self, now: float, writer: str) -> JobChanges | None:
+        """The rows that changed since the last call, as dicts for the database, and the batches
+        queued for the summaries (call under the lock; the persisting thread folds those after);
+        ``None`` when nothing changed. ``put_back`` undoes it if the write fails."""
+        if not (self.dirty or self.dirty_ranks or self.dirty_groups or self.summaries.pending):
+            if not any_dirty(self.summaries):
+                return None
+        ranks, groups = self.dirty_ranks, self.dirty_groups
+        self.dirty, self.dirty_ranks, self.dirty_groups = False, set(), set()
+        queued = self.summaries.take_pending()
+        new_members = {g for g in groups if g in self.groups and self.groups[g].members_dirty}
+        for g in new_members:
+            self.groups[g].members_dirty = False
+        return JobChanges(
+            job={
+                "id": self.job_id,
+                "first_seen": self.first_seen,
+                "last_seen": self.last_seen,
+                "world": self.world,
+                "state": self.state(),
+            },
+            ranks=[self.ranks[r].row(self.job_id) for r in sorted(ranks) if r in self.ranks],
+            groups=[
+                self.groups[g].row(self.job_id, members=False) for g in sorted(groups - new_members) if g in self.groups
+            ],
+            groups_with_members=[self.groups[g].row(self.job_id, members=True) for g in sorted(new_members)],
+            queued=queued,
+            rank_keys=ranks,
+            group_keys=groups,
+            member_keys=new_members,
+        )
+
+    def put_back(self, changes: JobChanges) -> None:
+        """Mark what ``changes`` held as unwritten again (its write failed)."""
+        self.dirty = True
+        self.dirty_ranks |= changes.rank_keys
+        self.dirty_groups |= changes.group_keys
+        for g in changes.member_keys:
+            if g in self.groups:
+                self.groups[g].members_dirty = True
+        self.summaries.mark_dirty(changes.window_keys)
 
     # -- commands ---------------------------------------------------------------------------------
     def queue_command(self, rank: int, kind: str, now: float, **args: Any) -> Command:
@@ -297,6 +390,7 @@ class JobState:
         out["ranks"] = [self.ranks[r].public(now) for r in sorted(self.ranks)]
         out["groups"] = [self.groups[g].public() for g in sorted(self.groups, key=_group_order)]
         out["node_ranks"] = self.nodes()
+        out["policy"] = self.policy
         return out
 
 
@@ -306,13 +400,34 @@ def _group_order(gid: str) -> tuple[int, str]:
 
 
 def _counts(r: Any, ngroups: int) -> dict[int, dict[str, int]]:
-    """Op counts per group index and kind name, computed on the columns."""
+    """Op counts per group index and kind name, computed on the columns (a bincount: cheaper
+    than ``np.unique`` at a batch's size)."""
     if not len(r):
         return {}
-    key = r.group.astype(np.int64) * 256 + r.kind.astype(np.int64)
-    uniq, n = np.unique(key, return_counts=True)
+    key = r.group.astype(np.intp) * 256 + r.kind.astype(np.intp)
+    n = np.bincount(key)
     out: dict[int, dict[str, int]] = {}
-    for k, c in zip(uniq.tolist(), n.tolist(), strict=True):
+    for k in np.flatnonzero(n).tolist():
         g, kind = divmod(k, 256)
-        out.setdefault(g, {})[KIND_NAMES.get(kind, str(kind))] = c
+        out.setdefault(g, {})[KIND_NAMES.get(kind, str(kind))] = int(n[k])
     return out
+
+
+def any_dirty(summaries: GroupSummaries) -> bool:
+    return any(w.dirty for w in summaries.windows.values())
+
+
+@dataclass(slots=True)
+class JobChanges:
+    """What one persist pass writes about a job, and what to mark unwritten if it fails."""
+
+    job: dict[str, Any]
+    ranks: list[dict[str, Any]]
+    groups: list[dict[str, Any]]
+    groups_with_members: list[dict[str, Any]]
+    queued: Any
+    rank_keys: set[int]
+    group_keys: set[str]
+    member_keys: set[str]
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    window_keys: list[tuple[str, float]] = field(default_factory=list)

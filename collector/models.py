@@ -12,11 +12,14 @@ from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Integer, St
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "ActionRow",
     "Base",
     "DeliveryAttemptRow",
     "DeliveryRow",
     "EventRow",
     "GroupRow",
+    "GroupSummaryRow",
+    "JobLeaseRow",
     "JobRow",
     "OutboxCursorRow",
     "RankRow",
@@ -216,3 +219,80 @@ class StandbyRow(Base):
     job_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
     added_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+class GroupSummaryRow(Base):
+    """One process group of a job over one time window: what people chart later.
+
+    Written by the persist loop from counters kept at ingest (never a row per op). ``ops`` counts
+    op records, one per member rank per collective. In-collective time is ``t_end - t_enter`` on
+    each rank's own clock; the percentiles come from ``hist`` (log buckets, four per octave from
+    1 us: ``[[bucket, count], ...]``), which is kept so another process can carry on the window.
+    """
+
+    __tablename__ = "group_summaries"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    gid: Mapped[str] = mapped_column(String(256), primary_key=True)
+    window_start: Mapped[float] = mapped_column(Float, primary_key=True, index=True)
+    window_s: Mapped[float] = mapped_column(Float)
+    ops: Mapped[int] = mapped_column(BigInteger)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    ranks: Mapped[int] = mapped_column(Integer)  # ranks whose batches named the group in the window
+    seq_first: Mapped[int] = mapped_column(BigInteger)
+    seq_last: Mapped[int] = mapped_column(BigInteger)
+    time_sum_s: Mapped[float] = mapped_column(Float)
+    time_min_ms: Mapped[float] = mapped_column(Float)
+    time_p50_ms: Mapped[float] = mapped_column(Float)
+    time_p99_ms: Mapped[float] = mapped_column(Float)
+    time_max_ms: Mapped[float] = mapped_column(Float)
+    kinds: Mapped[dict[str, Any]] = mapped_column(JSON)
+    hist: Mapped[list[Any]] = mapped_column(JSON)
+    writer: Mapped[str] = mapped_column(String(64))
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class ActionRow(Base):
+    """A remediation action (isolate, restart, swap): who asked, why, what was done, how it went.
+
+    ``key`` makes a request idempotent: asking again with the same key returns the same action.
+    ``steps`` is the plan and its progress, one entry per step the actuator takes.
+    """
+
+    __tablename__ = "actions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    type: Mapped[str] = mapped_column(String(32))
+    suspect_id: Mapped[int | None] = mapped_column(
+        ForeignKey("suspects.id", ondelete="SET NULL"), nullable=True, index=True
+    )
+    node: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    ranks: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    reason: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    steps: Mapped[list[Any]] = mapped_column(JSON)
+    actor: Mapped[str] = mapped_column(String(256))
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False)
+    key: Mapped[str | None] = mapped_column(String(256), nullable=True, unique=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+    updated_at: Mapped[float] = mapped_column(Float, index=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class JobLeaseRow(Base):
+    """Which service process analyses a job, until when, and where to forward the job's batches.
+
+    ``epoch`` grows on every change of holder, so a holder can tell that it lost the lease even
+    if the same process got it back since.
+    """
+
+    __tablename__ = "job_leases"
+
+    job_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(64))
+    holder_url: Mapped[str] = mapped_column(String(512))
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    acquired_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float, index=True)

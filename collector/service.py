@@ -4,6 +4,13 @@
 validate, de-duplicate, fold into the job's state, hand the records to the job's detector, and
 return the commands waiting for that rank. A background thread persists what changed and runs
 each job's analysis; it never blocks ingest for long (a job's lock is held per job, briefly).
+
+Several service processes may share one database: a process analyses only the jobs whose lease
+it holds (``leases.py``); ``ingest`` raises ``NotHolder`` for the others, and the router forwards
+those batches to the holder. A second thread keeps the leases: renews them, takes over those of
+dead holders, and lets jobs that went quiet go (written out, lease released, memory freed).
+What ``ingest`` acknowledged reaches the database within ``persist_interval_s``; raw records
+never do.
 """
 
 from __future__ import annotations
@@ -11,17 +18,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from rankwatch.collector.actions import ActionBook
-from rankwatch.collector.db import Database
+from rankwatch.collector.db import Database, upsert
 from rankwatch.collector.flight import align_dumps
-from rankwatch.collector.jobs import GroupInfo, JobState, RankInfo, iso
-from rankwatch.collector.models import GroupRow, JobRow, RankRow
+from rankwatch.collector.jobs import GroupInfo, JobChanges, JobState, RankInfo, iso
+from rankwatch.collector.leases import LeaseManager, NotHolder
+from rankwatch.collector.models import GroupRow, GroupSummaryRow, JobRow, RankRow
 from rankwatch.collector.policy import Policy
+from rankwatch.collector.retention import purge
 from rankwatch.collector.settings import Settings
 from rankwatch.collector.suspects import SuspectStore
 from rankwatch.errors import WireError
@@ -30,8 +41,6 @@ from rankwatch.wire import Batch, decode_batch
 __all__ = ["Collector", "IngestResult"]
 
 logger = logging.getLogger(__name__)
-
-PERSIST_EVERY_S = 2.0
 
 
 class IngestResult(dict[str, Any]):
@@ -61,7 +70,14 @@ class Collector:
         self._last_persist = 0.0
         self.actions = ActionBook(db, Policy(mode=settings.policy, actuator=settings.actuator))
         self.suspects = SuspectStore(db, actions=self.actions)
+        self._last_cleanup = 0.0
         self.analyzers: list[Callable[[JobState, float], None]] = [self.analyze_job]
+        self.instance = uuid.uuid4().hex[:12]
+        self.leases = LeaseManager(
+            db, instance=self.instance, url=settings.peer_url, ttl_s=settings.lease_ttl_s, clock=clock
+        )
+        self._lease_thread: threading.Thread | None = None
+        self._persist_lock = threading.Lock()
 
     # -- ingest -----------------------------------------------------------------------------------
     def ingest(self, body: bytes, *, bound_job: str | None = None) -> IngestResult:
@@ -106,14 +122,34 @@ class Collector:
         return IngestResult(accepted=len(batch.records), duplicate=False, commands=commands)
 
     def _job(self, job_id: str, now: float) -> JobState:
+        """The job's state, if this process holds (or can take) its lease.
+
+        Raises:
+            NotHolder: another process analyses the job.
+        """
+        holder = self.leases.owner(job_id, now)
+        if holder is not None:
+            self._evict(job_id)
+            raise NotHolder(job_id, holder)
         job = self.jobs.get(job_id)
         if job is not None:
             return job
         with self._jobs_lock:
             job = self.jobs.get(job_id)
             if job is None:
-                job = self.jobs[job_id] = JobState(job_id, now)
+                with self.db.sessions() as s:
+                    job = self._read_job(s, job_id, now) or self._new_job(job_id, now)
+                self.jobs[job_id] = job
             return job
+
+    def _new_job(self, job_id: str, now: float) -> JobState:
+        return JobState(job_id, now, summary_window_s=self.settings.summary_window_s)
+
+    def _evict(self, job_id: str) -> None:
+        """Forget a job this process no longer analyses (its state is in the database)."""
+        with self._jobs_lock:
+            if self.jobs.pop(job_id, None) is not None:
+                logger.info("job %s is analysed by another process now", job_id)
 
     # -- queries ----------------------------------------------------------------------------------
     def list_jobs(self) -> list[dict[str, Any]]:
@@ -126,11 +162,47 @@ class Collector:
         return sorted(live.values(), key=lambda j: j["last_seen"] or "", reverse=True)
 
     def get_job(self, job_id: str) -> dict[str, Any] | None:
+        """A job as this process knows it live, else as the database last had it."""
+        now = self.clock()
         job = self.jobs.get(job_id)
         if job is not None:
             with job.lock:
-                return job.detail(self.clock())
-        return None
+                return job.detail(now) | {"live": True}
+        with self.db.sessions() as s:
+            stored = self._read_job(s, job_id, now)
+        if stored is None:
+            return None
+        return stored.detail(now) | {"live": False}
+
+    def knows_job(self, job_id: str) -> bool:
+        """Whether this process or the database has heard of the job."""
+        if job_id in self.jobs:
+            return True
+        with self.db.sessions() as s:
+            return s.get(JobRow, job_id) is not None
+
+    def summaries(
+        self,
+        job_id: str,
+        *,
+        group: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        limit: int = 1000,
+    ) -> list[dict[str, Any]]:
+        """The job's per-group summary rows, newest window first."""
+        from rankwatch.collector.summaries import summary_public
+
+        q = select(GroupSummaryRow).where(GroupSummaryRow.job_id == job_id)
+        if group is not None:
+            q = q.where(GroupSummaryRow.gid == group)
+        if since is not None:
+            q = q.where(GroupSummaryRow.window_start >= since)
+        if until is not None:
+            q = q.where(GroupSummaryRow.window_start < until)
+        q = q.order_by(GroupSummaryRow.window_start.desc(), GroupSummaryRow.gid).limit(limit)
+        with self.db.sessions() as s:
+            return [summary_public(r) for r in s.scalars(q)]
 
     def recent_ops(
         self, job_id: str, *, rank: int | None = None, group: str | None = None, limit: int = 1000
@@ -178,100 +250,111 @@ class Collector:
 
     # -- persistence ------------------------------------------------------------------------------
     def load(self) -> int:
-        """Bring back the jobs the database knows (after a restart): ranks, groups, policies."""
+        """Pick up after a restart: take back the leases an earlier life of this process (same
+        advertised URL) held, and load those jobs (ranks, groups, policies, open summary windows).
+        Other jobs are read from the database when asked for, or loaded when a batch comes."""
         now = self.clock()
-        with self.db.sessions() as s:
-            for row in s.scalars(select(JobRow)):
-                job = JobState(row.id, row.first_seen)
-                job.last_seen = row.last_seen
-                job.world = row.world
-                job.dirty = False
-                for rr in s.scalars(select(RankRow).where(RankRow.job_id == row.id)):
-                    job.ranks[rr.rank] = RankInfo(
-                        rank=rr.rank,
-                        node=rr.node,
-                        incarnation=rr.incarnation,
-                        first_seen=rr.first_seen,
-                        last_seen=rr.last_seen,
-                        pid=rr.pid,
-                        restart=rr.restart,
-                        state=rr.state,
-                        ops=rr.ops,
-                        drops=rr.drops,
-                        batches=rr.batches,
-                        last_batch=rr.last_batch,
-                        end_reason=rr.end_reason,
-                        meta=rr.meta or {},
-                    )
-                for gr in s.scalars(select(GroupRow).where(GroupRow.job_id == row.id)):
-                    job.groups[gr.gid] = GroupInfo(
-                        gid=gr.gid,
-                        desc=gr.desc,
-                        members=gr.members,
-                        size=gr.size,
-                        backend=gr.backend,
-                        last_seq=gr.last_seq,
-                        ops=gr.ops,
-                        op_counts=dict(gr.op_counts or {}),
-                    )
-                job.records = sum(g.ops for g in job.groups.values())
-                self.jobs[row.id] = job
-        logger.info("loaded %d jobs from the database at %.0f", len(self.jobs), now)
-        return len(self.jobs)
+        taken = 0
+        for job_id in self.leases.previous_life():
+            try:
+                self._job(job_id, now)
+                taken += 1
+            except NotHolder:
+                pass
+        if taken:
+            logger.info("took back %d jobs this process analysed before a restart", taken)
+        return taken
+
+    def _read_job(self, s: Session, job_id: str, now: float) -> JobState | None:
+        """A job's state as the database has it, or ``None`` if it has never been written."""
+        row = s.get(JobRow, job_id)
+        if row is None:
+            return None
+        job = self._new_job(row.id, row.first_seen)
+        job.last_seen = row.last_seen
+        job.world = row.world
+        job.policy = row.policy
+        job.dirty = False
+        job.stored = True
+        for rr in s.scalars(select(RankRow).where(RankRow.job_id == row.id)):
+            job.ranks[rr.rank] = RankInfo(
+                rank=rr.rank,
+                node=rr.node,
+                incarnation=rr.incarnation,
+                first_seen=rr.first_seen,
+                last_seen=rr.last_seen,
+                pid=rr.pid,
+                restart=rr.restart,
+                state=rr.state,
+                ops=rr.ops,
+                drops=rr.drops,
+                batches=rr.batches,
+                last_batch=rr.last_batch,
+                end_reason=rr.end_reason,
+                meta=rr.meta or {},
+            )
+        for gr in s.scalars(select(GroupRow).where(GroupRow.job_id == row.id)):
+            job.groups[gr.gid] = GroupInfo(
+                gid=gr.gid,
+                desc=gr.desc,
+                members=gr.members,
+                size=gr.size,
+                backend=gr.backend,
+                last_seq=gr.last_seq,
+                ops=gr.ops,
+                op_counts=dict(gr.op_counts or {}),
+                members_dirty=False,
+            )
+        job.records = sum(g.ops for g in job.groups.values())
+        current = job.summaries.window_start(now)
+        for sr in s.scalars(
+            select(GroupSummaryRow).where(GroupSummaryRow.job_id == row.id, GroupSummaryRow.window_start >= current)
+        ):
+            job.summaries.restore(sr)
+        return job
 
     def persist(self, jobs: list[JobState] | None = None) -> int:
-        """Write every job (of ``jobs``, default all) that changed since the last write."""
-        dirty = [j for j in (list(self.jobs.values()) if jobs is None else jobs) if j.dirty]
-        if not dirty:
+        """Write what changed in every job (of ``jobs``, default all) since the last write.
+
+        One transaction for all of them; only the rows that changed, each table in one
+        statement. Jobs whose lease this process lost meanwhile are not written, and forgotten.
+        """
+        with self._persist_lock:  # one writer at a time, or an older snapshot could land last
+            return self._persist(jobs)
+
+    def _persist(self, jobs: list[JobState] | None) -> int:
+        now = self.clock()
+        pending: list[tuple[JobState, JobChanges]] = []
+        for job in list(self.jobs.values()) if jobs is None else jobs:
+            with job.lock:
+                changes = job.take_changes(now, self.instance)
+            if changes is not None:
+                job.summaries.fold(changes.queued)  # outside the job's lock: ingest goes on
+                changes.summaries, changes.window_keys = job.summaries.take_rows(job.job_id, self.instance, now)
+                pending.append((job, changes))
+        if not pending:
             return 0
-        with self.db.sessions.begin() as s:
-            for job in dirty:
+        lost: set[str] = set()
+        try:
+            with self.db.sessions.begin() as s:
+                held = self.leases.guard(s, [j.job_id for j, _ in pending])
+                lost = {j.job_id for j, _ in pending} - held
+                mine = [c for j, c in pending if j.job_id in held]
+                upsert(s, JobRow.__table__, [c.job for c in mine], update=["last_seen", "world", "state"])  # type: ignore[arg-type]
+                upsert(s, RankRow.__table__, [r for c in mine for r in c.ranks])  # type: ignore[arg-type]
+                upsert(s, GroupRow.__table__, [g for c in mine for g in c.groups])  # type: ignore[arg-type]
+                upsert(s, GroupRow.__table__, [g for c in mine for g in c.groups_with_members])  # type: ignore[arg-type]
+                upsert(s, GroupSummaryRow.__table__, [r for c in mine for r in c.summaries])  # type: ignore[arg-type]
+        except Exception:
+            for job, changes in pending:
                 with job.lock:
-                    job.dirty = False
-                    s.merge(
-                        JobRow(
-                            id=job.job_id,
-                            first_seen=job.first_seen,
-                            last_seen=job.last_seen,
-                            world=job.world,
-                            state=job.state(),
-                        )
-                    )
-                    for info in job.ranks.values():
-                        s.merge(
-                            RankRow(
-                                job_id=job.job_id,
-                                rank=info.rank,
-                                node=info.node,
-                                pid=info.pid,
-                                incarnation=info.incarnation,
-                                restart=info.restart,
-                                state=info.state,
-                                first_seen=info.first_seen,
-                                last_seen=info.last_seen,
-                                ops=info.ops,
-                                drops=info.drops,
-                                batches=info.batches,
-                                last_batch=info.last_batch,
-                                end_reason=info.end_reason,
-                                meta=info.meta,
-                            )
-                        )
-                    for g in job.groups.values():
-                        s.merge(
-                            GroupRow(
-                                job_id=job.job_id,
-                                gid=g.gid,
-                                desc=g.desc,
-                                members=g.members,
-                                size=g.size,
-                                backend=g.backend,
-                                last_seq=g.last_seq,
-                                ops=g.ops,
-                                op_counts=dict(g.op_counts),
-                            )
-                        )
-        return len(dirty)
+                    job.put_back(changes)
+            raise
+        for job, _ in pending:
+            job.stored = job.stored or job.job_id not in lost
+        for job_id in lost:
+            self._evict(job_id)
+        return len(pending) - len(lost)
 
     # -- analysis ---------------------------------------------------------------------------------
     def analyze_job(self, job: JobState, now: float) -> None:
@@ -282,8 +365,11 @@ class Collector:
         with job.lock:
             findings = list(det.evaluate(now))
             ready = bool(det.ready(now))
-        self.persist([job])  # the job row first: suspects refer to it
-        self.suspects.reconcile(job.job_id, findings, ready, now)
+        if not job.stored:
+            self.persist([job])  # the job row first: suspects refer to it
+        self.suspects.reconcile(
+            job.job_id, findings, ready, now, guard=lambda s: bool(self.leases.guard(s, [job.job_id]))
+        )
         self._flight_recorder_for_hangs(job, findings, now)
 
     def _flight_recorder_for_hangs(self, job: JobState, findings: list[Any], now: float) -> None:
@@ -319,15 +405,24 @@ class Collector:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="rankwatch-analysis", daemon=True)
         self._thread.start()
+        self._lease_thread = threading.Thread(target=self._keep_leases, name="rankwatch-leases", daemon=True)
+        self._lease_thread.start()
 
     def stop(self) -> None:
+        """Stop the loops, write what changed, and release the leases (others may take the jobs
+        at once)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        for t in (self._thread, self._lease_thread):
+            if t is not None:
+                t.join(timeout=10)
         try:
             self.persist()
         except Exception:
             logger.exception("final persist failed")
+        try:
+            self.leases.release()
+        except Exception:
+            logger.exception("releasing the leases failed")
 
     def tick(self) -> None:
         """One pass: analyse every job, persist what changed (also called directly by tests)."""
@@ -338,9 +433,12 @@ class Collector:
                     analyze(job, now)
                 except Exception:
                     logger.exception("analysis of job %s failed", job.job_id)
-        if now - self._last_persist >= PERSIST_EVERY_S:
+        if now - self._last_persist >= self.settings.persist_interval_s:
             self._last_persist = now
             self.persist()
+        if now - self._last_cleanup >= self.settings.cleanup_interval_s:
+            self._last_cleanup = now
+            purge(self.db, self.settings, now)
 
     def _run(self) -> None:
         interval = self.settings.analysis_interval_s
@@ -349,6 +447,34 @@ class Collector:
                 self.tick()
             except Exception:
                 logger.exception("analysis loop error")
+
+    # -- leases -----------------------------------------------------------------------------------
+    def keep_leases(self) -> None:
+        """One pass of the lease thread: renew, let idle jobs go, take over dead holders' jobs."""
+        now = self.clock()
+        for job_id in self.leases.renew(list(self.jobs)):
+            self._evict(job_id)
+        idle = [j for j in list(self.jobs.values()) if now - j.last_seen > self.settings.job_idle_s]
+        if idle:
+            self.persist(idle)
+            self.leases.release([j.job_id for j in idle])
+            for j in idle:
+                with self._jobs_lock:
+                    self.jobs.pop(j.job_id, None)
+            logger.info("let %d idle jobs go", len(idle))
+        for job_id in self.leases.expired():
+            try:
+                self._job(job_id, now)
+                logger.info("took over job %s from a holder that stopped renewing its lease", job_id)
+            except NotHolder:
+                pass
+
+    def _keep_leases(self) -> None:
+        while not self._stop.wait(self.settings.lease_ttl_s / 3):
+            try:
+                self.keep_leases()
+            except Exception:
+                logger.exception("lease loop error")
 
 
 def _check_membership(batch: Batch) -> None:

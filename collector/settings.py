@@ -67,6 +67,29 @@ class Settings(BaseSettings):
     certfile: Path | None = Field(None, description="TLS certificate (PEM); serve HTTPS when given with keyfile.")
     keyfile: Path | None = Field(None, description="TLS private key (PEM).")
     log_level: str = Field("info", description="Log level of the service.")
+    # -- storage, retention and running several processes (issue 4) --
+    persist_interval_s: float = Field(
+        2.0, gt=0, description="Seconds between writes of ranks, groups and summaries (what a kill -9 can lose)."
+    )
+    summary_window_s: float = Field(60.0, gt=0, description="Length of one per-group summary window, in seconds.")
+    retention_summaries_days: float = Field(7.0, ge=0, description="Days per-group summaries are kept (0: forever).")
+    retention_suspects_days: float = Field(
+        90.0, ge=0, description="Days resolved suspects and their history are kept (0: forever)."
+    )
+    retention_actions_days: float = Field(90.0, ge=0, description="Days actions are kept (0: forever).")
+    retention_events_days: float = Field(90.0, ge=0, description="Days outbox events are kept (0: forever).")
+    cleanup_interval_s: float = Field(3600.0, gt=0, description="Seconds between two retention clean-ups.")
+    advertise_url: str | None = Field(
+        None,
+        description="URL other rankwatch processes reach this one at, to forward batches of jobs it holds "
+        "(default: from host and port).",
+    )
+    lease_ttl_s: float = Field(
+        15.0, gt=0, description="A job's lease expires this long after its holder last renewed it."
+    )
+    job_idle_s: float = Field(
+        900.0, gt=0, description="A job with no batch for this long is written out, its lease released, memory freed."
+    )
 
     @field_validator("ingest_tokens", "read_tokens", "admin_tokens", "webhook_allow", mode="before")
     @classmethod
@@ -88,6 +111,21 @@ class Settings(BaseSettings):
                 url = "postgresql+psycopg://" + url[len("postgresql://") :]
             return url
         return f"sqlite:///{self.data_dir / 'rankwatch.db'}"
+
+    @property
+    def peer_url(self) -> str:
+        """Where other service processes reach this one (``advertise_url``, else host and port)."""
+        if self.advertise_url:
+            return self.advertise_url.rstrip("/")
+        scheme = "https" if self.certfile else "http"
+        host = self.host
+        if host in ("0.0.0.0", "::", ""):
+            import socket
+
+            host = socket.getfqdn()
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"{scheme}://{host}:{self.port}"
 
     @property
     def tokens_configured(self) -> bool:

@@ -10,10 +10,11 @@ its history row and an outbox event in the same transaction.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from rankwatch.collector.db import Database
 from rankwatch.collector.jobs import iso
@@ -73,10 +74,24 @@ class SuspectStore:
         self.db = db
         self.actions = actions  # an ActionBook: plans what the job's policy says for a new suspect
 
-    def reconcile(self, job_id: str, findings: Sequence[Any], ready: bool, now: float) -> list[dict[str, Any]]:
-        """Apply one analysis pass for a job; returns the events it wrote (opened/resolved)."""
+    def reconcile(
+        self,
+        job_id: str,
+        findings: Sequence[Any],
+        ready: bool,
+        now: float,
+        *,
+        guard: Callable[[Session], bool] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Apply one analysis pass for a job; returns the events it wrote (opened/resolved).
+
+        ``guard``, run first inside the transaction, may veto it (this process lost the job's
+        lease): then nothing is written.
+        """
         events: list[dict[str, Any]] = []
         with self.db.sessions.begin() as s:
+            if guard is not None and not guard(s):
+                return []
             open_rows = {
                 r.key: r
                 for r in s.scalars(select(SuspectRow).where(SuspectRow.job_id == job_id, SuspectRow.status.in_(OPEN)))

@@ -62,11 +62,30 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--data-dir", type=Path, default=None, help="where the demo's SQLite goes (default: temp)")
     demo.add_argument("--json", action="store_true", help="print the final job and suspects as JSON")
 
+    agent = sub.add_parser(
+        "agent",
+        help="run a per-node agent that merges the batches of this host's ranks into one connection",
+        description="Run a per-node agent: point the ranks of this host at it (RANKWATCH=http://127.0.0.1:7434) "
+        "and it forwards their batches to the collector together, one request for many ranks, and hands each "
+        "rank its own reply.",
+    )
+    agent.add_argument(
+        "--upstream",
+        help="the collector's URL, http(s)://[TOKEN@]host:port (default: $RANKWATCH_AGENT_UPSTREAM, else http://127.0.0.1:7433)",
+    )
+    agent.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    agent.add_argument("--port", type=int, default=None, help="port (default 7434)")
+    agent.add_argument("--linger-ms", type=float, default=200.0, help="longest a batch waits for others (200)")
+    agent.add_argument("--max-batches", type=int, default=256, help="most batches in one request (256)")
+    agent.add_argument("--log-level", default="info", help="debug, info, warning, error (default info)")
+
     sub.add_parser("version", help="print the version")
 
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "agent":
+        return _agent(args)
     if args.command == "demo":
         return _demo(args)
     if args.command == "version":
@@ -91,6 +110,7 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--webhook-allow", help="comma-separated hosts/CIDRs webhooks may reach despite the SSRF guard")
     p.add_argument("--public-url", help="this service's URL as people reach it, for links in pages")
     p.add_argument("--log-level", help="debug, info, warning, error (default info)")
+    p.add_argument("--advertise-url", help="URL other rankwatch processes reach this one at (several processes)")
 
 
 def _settings_from(args: argparse.Namespace) -> Any:
@@ -110,6 +130,7 @@ def _settings_from(args: argparse.Namespace) -> Any:
         "webhook_allow",
         "public_url",
         "log_level",
+        "advertise_url",
     )
     overrides = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     for k in ("ingest_tokens", "read_tokens", "admin_tokens", "webhook_allow"):
@@ -128,6 +149,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = _settings_from(args)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per forwarded batch otherwise
     if not is_loopback(settings.host) and not settings.tokens_configured:
         print(
             f"rankwatch: refusing to bind {settings.host}: with no tokens configured every route is open, so the "
@@ -140,6 +162,10 @@ def _serve(args: argparse.Namespace) -> int:
         print("rankwatch: --certfile and --keyfile go together", file=sys.stderr)
         return 2
     app = create_app(settings)
+    sys.setswitchinterval(0.001)  # the event loop gets the GIL back within 1 ms of a background pass
+    import gc
+
+    gc.freeze()  # the modules' objects never die: full collections need not walk them again and again
     scheme = "https" if settings.certfile else "http"
     print(f"rankwatch {__version__} serving on {scheme}://{settings.host}:{settings.port} ({_db_label(settings)})")
     uvicorn.run(
@@ -151,6 +177,39 @@ def _serve(args: argparse.Namespace) -> int:
         ssl_keyfile=str(settings.keyfile) if settings.keyfile else None,
         access_log=False,
     )
+    return 0
+
+
+def _agent(args: argparse.Namespace) -> int:
+    import logging
+
+    import uvicorn
+
+    from rankwatch.collector.agent import DEFAULT_AGENT_PORT, UPSTREAM_ENV, Agent, agent_app
+    from rankwatch.collector.settings import is_loopback
+    from rankwatch.env import DEFAULT_URL, parse_collector_url
+    from rankwatch.errors import ConfigError
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to the collector otherwise
+    try:
+        upstream = parse_collector_url(args.upstream or os.environ.get(UPSTREAM_ENV) or DEFAULT_URL)
+    except ConfigError as exc:
+        print(f"rankwatch agent: {exc}", file=sys.stderr)
+        return 2
+    if upstream is None:
+        print("rankwatch agent: --upstream must be the collector's URL", file=sys.stderr)
+        return 2
+    if not is_loopback(args.host):
+        print(
+            "rankwatch agent: binding a non-loopback address relays anyone's batches; ranks reach the agent "
+            "over loopback",
+            file=sys.stderr,
+        )
+    port = DEFAULT_AGENT_PORT if args.port is None else args.port
+    agent = Agent(upstream, linger_s=args.linger_ms / 1000.0, max_batches=args.max_batches)
+    print(f"rankwatch agent {__version__} on http://{args.host}:{port}, forwarding to {upstream.base}")
+    uvicorn.run(agent_app(agent), host=args.host, port=port, log_level=args.log_level.lower(), access_log=False)
     return 0
 
 

@@ -104,6 +104,11 @@ class OpKind(enum.IntEnum):
 
 KIND_NAMES: dict[int, str] = {int(k): k.wire_name for k in OpKind}
 P2P_KINDS = (int(OpKind.SEND), int(OpKind.RECV))
+# lookup tables indexed by the u1 kind column: one gather per batch instead of an np.isin
+_KIND_KNOWN = np.zeros(256, dtype=bool)
+_KIND_KNOWN[list(KIND_NAMES)] = True
+_KIND_P2P = np.zeros(256, dtype=bool)
+_KIND_P2P[list(P2P_KINDS)] = True
 
 DTYPES: tuple[str, ...] = (
     "other",
@@ -431,7 +436,7 @@ def _validate_records(header: Mapping[str, Any], r: Records) -> None:
         raise WireError(f"a record names group index {int(r.group.max())}; the batch has {len(groups)} groups")
     if int(r.seq.min()) < 1:
         raise WireError("sequence numbers start at 1")
-    bad_kind = ~np.isin(r.kind, np.fromiter(KIND_NAMES, dtype=np.uint8))
+    bad_kind = ~_KIND_KNOWN[r.kind]
     if bad_kind.any():
         raise WireError(f"unknown op kind {int(r.kind[bad_kind][0])}")
     if int(r.dtype.max()) >= len(DTYPES):
@@ -440,10 +445,11 @@ def _validate_records(header: Mapping[str, Any], r: Records) -> None:
         raise WireError("nbytes must not be negative")
     if bool((r.t_start < r.t_enter).any()) or bool((r.t_end < r.t_start).any()):
         raise WireError("timestamps must satisfy enter <= start <= end")
-    coll = ~np.isin(r.kind, np.array(P2P_KINDS, dtype=np.uint8))
-    if coll.any():
+    p2p = _KIND_P2P[r.kind]
+    if not p2p.all():
         entered = np.array([g.get("entered", 0) for g in groups], dtype=np.int64)
-        over = r.seq[coll] > entered[r.group[coll].astype(np.int64)]
+        seq, group = (r.seq, r.group) if not p2p.any() else (r.seq[~p2p], r.group[~p2p])
+        over = seq > entered[group]
         if over.any():
             raise WireError("a record's sequence number is ahead of its group's 'entered' count")
 

@@ -25,6 +25,8 @@ pip() { .venv/bin/python -m pip -q --disable-pip-version-check "$@"; }
 spec="."
 [ -n "$extras" ] && spec=".[${extras}]"
 # torch is pinned to the CPU build that 2.13.0 resolves to here; the package itself only asks for torch>=2.6
+# a build/ left by an older checkout would ship files that no longer exist (an old migration, say)
+rm -rf build
 pip install "torch==2.13.0" "$spec"
 if [ "$extras" = "dev" ]; then
   pip install "torchft==0.2.0" "opentelemetry-api>=1.39" "opentelemetry-sdk>=1.39" "opentelemetry-exporter-otlp-proto-http>=1.39"

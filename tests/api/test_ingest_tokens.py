@@ -16,10 +16,10 @@ from rankwatch.wire import CONTENT_TYPE
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
+def client(tmp_path: Path, db_url: str) -> Iterator[TestClient]:
     tokens = tmp_path / "tokens"
     tokens.write_text("ingest job-a-only job=job-a\nread reader\n# a comment\n")
-    app = create_app(Settings(data_dir=tmp_path, ingest_tokens=["rank-token"], tokens_file=tokens))
+    app = create_app(Settings(data_dir=tmp_path, db=db_url, ingest_tokens=["rank-token"], tokens_file=tokens))
     with TestClient(app) as c:
         yield c
 

@@ -1,6 +1,6 @@
 """The ingest path: malformed, oversized, replayed and restarted batches, through the real app.
 
-The app runs in-process (ASGI) on a real SQLite database in the test's tmp dir.
+The app runs in-process (ASGI) on a real database: SQLite in the test's tmp dir, and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -18,14 +18,15 @@ from support import make_body, make_header
 
 from rankwatch.api.app import create_app
 from rankwatch.collector.settings import Settings
+from rankwatch.multibatch import MULTI_CONTENT_TYPE, encode_multi
 from rankwatch.wire import CONTENT_TYPE, MAGIC, WIRE_VERSION
 
 HDR = {"Content-Type": CONTENT_TYPE}
 
 
 @pytest.fixture
-def client(tmp_path: Path) -> Iterator[TestClient]:
-    app = create_app(Settings(data_dir=tmp_path, max_body_mb=1.0))
+def client(tmp_path: Path, db_url: str) -> Iterator[TestClient]:
+    app = create_app(Settings(data_dir=tmp_path, db=db_url, max_body_mb=1.0))
     with TestClient(app) as c:
         yield c
 
@@ -95,6 +96,32 @@ def test_oversized_and_wrong_type(client: TestClient) -> None:
     assert r.status_code == 415
 
 
+def test_oversized_without_a_length_is_refused(client: TestClient) -> None:
+    def chunks() -> Iterator[bytes]:  # streamed: no Content-Length to refuse it by
+        body = make_body(make_header(meta={"pad": "x" * (2 * 1024 * 1024)}))
+        for i in range(0, len(body), 65536):
+            yield body[i : i + 65536]
+
+    r = client.post("/ingest", content=chunks(), headers=HDR)
+    assert r.status_code == 413 and "larger than the limit" in r.json()["detail"]
+    assert client.get("/jobs").json() == []
+
+
+def test_a_multi_batch_is_answered_per_batch(client: TestClient) -> None:
+    multi = {"Content-Type": MULTI_CONTENT_TYPE}
+    bodies = [make_body(), make_body(make_header(rank=5)), make_body(make_header(rank=1)), make_body()]
+    r = client.post("/ingest", content=encode_multi(bodies), headers=multi)
+    assert r.status_code == 200, r.text
+    got = r.json()["results"]
+    assert [g["status"] for g in got] == [200, 400, 200, 200]
+    assert "rank 5 is not within world size 2" in got[1]["detail"]
+    assert got[0] == {"status": 200, "accepted": 3, "duplicate": False, "commands": []}
+    assert got[3]["duplicate"] is True  # the same batch twice in one request is still taken once
+    assert [r["ops"] for r in client.get("/jobs/job-a").json()["ranks"]] == [3, 3]
+    r = client.post("/ingest", content=b"RWM\x00garbage", headers=multi)
+    assert r.status_code == 400 and "multi-batch" in r.json()["detail"]
+
+
 def test_zip_bomb_is_refused(client: TestClient) -> None:
     block = zlib.compress(b"\x00" * (10 * 1024 * 1024))
     r = _post(client, _raw(make_header(), n=1, block=block, flags=1))
@@ -124,8 +151,8 @@ def test_a_restarted_jobs_batches_are_accepted(client: TestClient) -> None:
     assert rank["incarnation"] == "1-200-bbbb" and rank["restart"] == 1 and rank["ops"] == 6
 
 
-def test_jobs_survive_a_service_restart(tmp_path: Path) -> None:
-    settings = Settings(data_dir=tmp_path)
+def test_jobs_survive_a_service_restart(tmp_path: Path, db_url: str) -> None:
+    settings = Settings(data_dir=tmp_path, db=db_url)
     body = make_body()
     with TestClient(create_app(settings)) as c:
         assert _post(c, body).status_code == 200

@@ -60,8 +60,8 @@ class Clock:
         return self.t
 
 
-def _app(tmp: Path, clock: Clock) -> tuple[TestClient, Collector]:
-    settings = Settings(data_dir=tmp)
+def _app(tmp: Path, clock: Clock, db_url: str) -> tuple[TestClient, Collector]:
+    settings = Settings(data_dir=tmp, db=db_url)
     collector = Collector(
         settings, open_database(settings.database_url), detector_factory=lambda _j: ScriptedDetector(), clock=clock
     )
@@ -83,8 +83,8 @@ def _ingest(c: TestClient, rank: int = 0, batch: int = 0) -> None:
     assert r.status_code == 200, r.text
 
 
-def test_open_update_resolve(tmp_path: Path, clock: Clock) -> None:
-    c, col = _app(tmp_path, clock)
+def test_open_update_resolve(tmp_path: Path, clock: Clock, db_url: str) -> None:
+    c, col = _app(tmp_path, clock, db_url)
     _ingest(c)
     col.tick()
     assert c.get("/suspects").json() == []
@@ -115,8 +115,8 @@ def test_open_update_resolve(tmp_path: Path, clock: Clock) -> None:
         ]
 
 
-def test_not_resolved_until_the_detector_is_ready(tmp_path: Path, clock: Clock) -> None:
-    c, col = _app(tmp_path, clock)
+def test_not_resolved_until_the_detector_is_ready(tmp_path: Path, clock: Clock, db_url: str) -> None:
+    c, col = _app(tmp_path, clock, db_url)
     _ingest(c)
     ScriptedDetector.findings = [Finding(key="hang:0:7", kind="noncomm_hang", slowdown=None)]
     col.tick()
@@ -130,15 +130,15 @@ def test_not_resolved_until_the_detector_is_ready(tmp_path: Path, clock: Clock) 
     assert c.get("/suspects").json()[0]["status"] == "resolved"
 
 
-def test_active_suspects_survive_a_restart(tmp_path: Path, clock: Clock) -> None:
-    c, col = _app(tmp_path, clock)
+def test_active_suspects_survive_a_restart(tmp_path: Path, clock: Clock, db_url: str) -> None:
+    c, col = _app(tmp_path, clock, db_url)
     _ingest(c)
     ScriptedDetector.findings = [Finding(key="straggler:1")]
     col.tick()
     col.stop()
     # a new service process on the same database: no batch yet, nothing analysed: still active
     ScriptedDetector.findings = []
-    c2, col2 = _app(tmp_path, clock)
+    c2, col2 = _app(tmp_path, clock, db_url)
     clock.t += 30
     col2.tick()
     assert [s["status"] for s in c2.get("/suspects").json()] == ["active"]
@@ -148,7 +148,7 @@ def test_active_suspects_survive_a_restart(tmp_path: Path, clock: Clock) -> None
     assert [s["status"] for s in c2.get("/suspects").json()] == ["resolved"]
 
 
-def test_unknown_suspect_is_404(tmp_path: Path, clock: Clock) -> None:
-    c, _ = _app(tmp_path, clock)
+def test_unknown_suspect_is_404(tmp_path: Path, clock: Clock, db_url: str) -> None:
+    c, _ = _app(tmp_path, clock, db_url)
     assert c.get("/suspects/99").status_code == 404
     assert c.get("/suspects", params={"kind": "nonsense"}).status_code == 422

@@ -41,7 +41,7 @@ class _State:
 def test_poller_stamps_completed_works_with_their_gpu_duration() -> None:
     st = _State()
     poller = CudaPoller(recorder=None)  # type: ignore[arg-type]
-    now = time.perf_counter_ns()
+    now = time.perf_counter_ns() - 10_000_000  # entered 10 ms ago: a 2.5 ms GPU time fits after it
     for op, (after, ms) in enumerate([(0.0, 2.5), (0.05, None), (10.0, 1.0)], start=1):
         st.inflight[op] = [now, None, 1, 1, -1, op, 64, op, 0]
         poller.add(st, op, _Work(after, ms))

@@ -1,0 +1,41 @@
+"""Run the detector's evaluation suite and print its table (see docs/detector.md).
+
+python bench/eval_detector.py --split tune --workers 2
+python bench/eval_detector.py --split heldout --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rankwatch.detector.evaluate import ScenarioResult, evaluate_suite
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--split", default="tune", choices=("smoke", "tune", "heldout"))
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--only", default=None, help="run only scenarios whose name contains this")
+    ap.add_argument("--eval-every", type=float, default=1.0)
+    ap.add_argument("--misses", action="store_true", help="list scenarios with a miss or a false suspect")
+    ap.add_argument("--verbose", "-v", action="store_true")
+    args = ap.parse_args(argv)
+
+    def progress(res: ScenarioResult) -> None:
+        if args.verbose:
+            lat = [None if x is None else round(x, 1) for x in res.latency]
+            line = f"  {res.name:<40} cpu={res.cpu_s:5.1f}s coll/s={res.coll_per_s:6.0f} lat={lat}"
+            print(f"{line} false={len(res.false_suspects)}", file=sys.stderr)
+
+    rep = evaluate_suite(
+        args.split, workers=args.workers, only=args.only, eval_every=args.eval_every, progress=progress
+    )
+    print(rep.table())
+    if args.misses:
+        print(rep.misses())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""``rankwatch agent``: one process per node that merges its ranks' batches into one connection.
+
+Ranks on the host point ``RANKWATCH`` at the agent (``http://127.0.0.1:7434``, with their token as
+usual) instead of at the collector. The agent holds each batch for at most ``linger_s``, gathers
+what other ranks send meanwhile, and posts them to the collector as one multi-batch request
+(``rankwatch.multibatch``): each rank's batch stays byte for byte what the rank sent, so the
+collector validates and de-duplicates it per rank, and answers it per rank. The agent hands each
+rank its own answer, commands included, as if the rank had talked to the collector itself.
+
+The agent keeps nothing: a batch is answered only after the collector answered it, so a rank's
+retry logic, and its fail-open promise, are unchanged. If the collector cannot be reached, every
+waiting rank gets a 503 and retries later. Batches are grouped by the ``Authorization`` they came
+with, so each one reaches the collector under its own rank's token (job-bound tokens still bind).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from rankwatch import __version__
+from rankwatch.env import CollectorURL
+from rankwatch.multibatch import MULTI_CONTENT_TYPE, encode_multi
+from rankwatch.wire import CONTENT_TYPE, MAX_BODY_BYTES
+
+__all__ = ["DEFAULT_AGENT_PORT", "UPSTREAM_ENV", "Agent", "agent_app"]
+
+logger = logging.getLogger(__name__)
+
+UPSTREAM_ENV = "RANKWATCH_AGENT_UPSTREAM"
+DEFAULT_AGENT_PORT = 7434
+
+
+@dataclass
+class _Pending:
+    batches: list[bytes] = field(default_factory=list)
+    waiters: list[asyncio.Future[tuple[int, bytes]]] = field(default_factory=list)
+    size: int = 0
+    timer: asyncio.TimerHandle | None = None
+
+
+class Agent:
+    """Gathers batches per token and sends them upstream together."""
+
+    def __init__(
+        self,
+        upstream: CollectorURL,
+        *,
+        linger_s: float = 0.2,
+        max_batches: int = 256,
+        max_bytes: int = 32 * 1024 * 1024,
+        timeout_s: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.upstream = upstream
+        self.linger_s = linger_s
+        self.max_batches = max_batches
+        self.max_bytes = max_bytes
+        self._client = httpx.AsyncClient(timeout=timeout_s, transport=transport)
+        self._pending: dict[str | None, _Pending] = {}
+        self.stats = {"batches": 0, "requests": 0, "failures": 0}
+
+    async def aclose(self) -> None:
+        for key in list(self._pending):
+            await self._flush(key)
+        await self._client.aclose()
+
+    async def submit(self, batch: bytes, authorization: str | None) -> tuple[int, bytes]:
+        """Queue one rank's batch; returns the collector's answer to it (status, JSON body)."""
+        if authorization is None and self.upstream.token:
+            authorization = f"Bearer {self.upstream.token}"
+        loop = asyncio.get_running_loop()
+        pending = self._pending.get(authorization)
+        if pending is None:
+            pending = self._pending[authorization] = _Pending()
+            pending.timer = loop.call_later(self.linger_s, lambda: asyncio.ensure_future(self._flush(authorization)))
+        waiter: asyncio.Future[tuple[int, bytes]] = loop.create_future()
+        pending.batches.append(batch)
+        pending.waiters.append(waiter)
+        pending.size += len(batch)
+        self.stats["batches"] += 1
+        if len(pending.batches) >= self.max_batches or pending.size >= self.max_bytes:
+            await self._flush(authorization)
+        return await waiter
+
+    async def _flush(self, key: str | None) -> None:
+        pending = self._pending.pop(key, None)
+        if pending is None:
+            return
+        if pending.timer is not None:
+            pending.timer.cancel()
+        answers = await self._send(pending.batches, key)
+        for waiter, answer in zip(pending.waiters, answers, strict=True):
+            if not waiter.done():
+                waiter.set_result(answer)
+
+    async def _send(self, batches: list[bytes], authorization: str | None) -> list[tuple[int, bytes]]:
+        multi = len(batches) > 1
+        headers = {
+            "Content-Type": MULTI_CONTENT_TYPE if multi else CONTENT_TYPE,
+            "User-Agent": f"rankwatch-agent/{__version__}",
+        }
+        if authorization:
+            headers["Authorization"] = authorization
+        self.stats["requests"] += 1
+        try:
+            resp = await self._client.post(
+                self.upstream.base + "/ingest", content=encode_multi(batches) if multi else batches[0], headers=headers
+            )
+        except httpx.HTTPError as exc:
+            self.stats["failures"] += 1
+            logger.warning("collector %s unreachable: %s", self.upstream.base, type(exc).__name__)
+            body = json.dumps({"detail": "the collector cannot be reached from the agent; retry"}).encode()
+            return [(503, body)] * len(batches)
+        if multi and resp.status_code == 200:
+            try:
+                results = json.loads(resp.content)["results"]
+            except (ValueError, KeyError, TypeError):
+                results = None
+            if isinstance(results, list) and len(results) == len(batches):
+                out = []
+                for r in results:
+                    if not isinstance(r, dict):
+                        out.append((502, b'{"detail":"the collector gave no answer for this batch"}'))
+                        continue
+                    status = int(r.pop("status", 502))
+                    out.append((status, json.dumps(r, separators=(",", ":")).encode()))
+                return out
+            return [(502, b'{"detail":"the collector answered the agent with something unreadable"}')] * len(batches)
+        return [(resp.status_code, resp.content)] * len(batches)
+
+
+def agent_app(agent: Agent, *, max_body: int = MAX_BODY_BYTES) -> Any:
+    """The agent's ASGI app: ``POST /ingest`` (what ranks send) and ``GET /healthz``."""
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await agent.aclose()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        if scope["method"] == "GET" and scope["path"] == "/healthz":
+            await _reply(
+                send, 200, {"ok": True, "version": __version__, "upstream": agent.upstream.base, **agent.stats}
+            )
+            return
+        if scope["path"] != "/ingest":
+            await _reply(send, 404, {"detail": "the agent serves POST /ingest and GET /healthz"})
+            return
+        if scope["method"] != "POST":
+            await _reply(send, 405, {"detail": "POST batches to /ingest"})
+            return
+        headers = dict(scope["headers"])
+        ctype = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip()
+        if ctype not in (CONTENT_TYPE, "application/octet-stream"):
+            await _reply(send, 415, {"detail": f"batches must be sent as {CONTENT_TYPE}"})
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > max_body:
+                await _reply(send, 413, {"detail": f"batch is larger than the limit of {max_body} bytes"})
+                return
+        auth = headers.get(b"authorization")
+        status, body = await agent.submit(b"".join(chunks), auth.decode("latin-1") if auth else None)
+        await _send_raw(send, status, body)
+
+    return app
+
+
+async def _reply(send: Any, status: int, payload: dict[str, Any]) -> None:
+    await _send_raw(send, status, json.dumps(payload).encode())
+
+
+async def _send_raw(send: Any, status: int, body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

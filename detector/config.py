@@ -1,0 +1,93 @@
+"""The detector's thresholds, in one frozen dataclass with a line of why per field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["DetectorConfig"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DetectorConfig:
+    """How sure the detector must be, and how fast it forgets."""
+
+    tau_s: float = 1.5
+    """Time constant of the short moving averages of transfer time that decide "slow now"."""
+    bucket_s: float = 0.4
+    """Lateness is added up in buckets this long; a straggler must be late in the median of the last five."""
+    ops_tau_s: float = 3.0
+    """Time constant of each group's op rate (turns per-op lateness into seconds per second)."""
+    stale_s: float = 2.0
+    """Buckets older than the ring plus this are ignored: a job that went quiet has no evidence."""
+    baseline_tau_s: float = 60.0
+    """Time constant of each rank's and each group's own baseline (frozen while it looks faulty)."""
+    baseline_skip_s: float = 10.0
+    """A rank's first seconds in a group (compilation, the first step) teach its baselines nothing."""
+    baseline_warm_s: float = 8.0
+    """Seconds of data before a rank's own lateness baseline is trusted."""
+    min_effect: float = 0.03
+    """Smallest share of wall-clock the rest of the job must spend waiting (0.03: 1.03x slower)."""
+    noise_k: float = 4.0
+    """A suspect's effect must also exceed this many times its own usual fluctuation."""
+    noise_cap_k: float = 4.0
+    """...where, in a collective group, a rank's own fluctuation counts at most this multiple of the group's."""
+    noise_warm_s: float = 15.0
+    """Until a rank's fluctuation has been learned this long, the effect must be twice ``min_effect``."""
+    cusum_h: float = 5.0
+    """Evidence (excess in units of usual fluctuation, times seconds) a slow suspect must accumulate."""
+    p2p_k: float = 2.0
+    """Point-to-point waits are mostly the pipeline schedule's shape: lateness there must be this much stronger."""
+    warm_cells: int = 24
+    """Blocks a rank must have in a group before its lateness there is judged (start-up is not a fault)."""
+    explain_k: float = 0.5
+    """A rank late in one group is a victim if it waited this share of its lateness inside another."""
+    hold_s: float = 1.0
+    """A slow suspect must hold this long before it is reported."""
+    release_s: float = 6.0
+    """A reported suspect resolves after its evidence has been gone this long."""
+    comm_ratio: float = 1.12
+    """Transfer time over the group's own baseline (same op and size) that counts as slow."""
+    comm_z: float = 3.0
+    """...and this many standard errors of that ratio (spread of a block over the blocks behind both averages)."""
+    comm_healthy_ratio: float = 1.05
+    """At or below this a group's transfers count as healthy and clear the places they use."""
+    comm_min_effect: float = 0.02
+    """Smallest share of wall-clock the ranks at a slow place must lose to its slow transfers."""
+    comm_channel_effect: float = 0.002
+    """Smallest share of wall-clock one group must lose to count as a slow channel at all."""
+    comm_warm_cells: int = 8
+    """Blocks of an (op, size) class before its transfer baseline exists."""
+    hang_floor_s: float = 5.0
+    """No collective is hung before this many seconds in flight."""
+    hang_p99_mult: float = 5.0
+    """...nor before this multiple of the group's p99 time inside a collective."""
+    hang_warm_floor_s: float = 30.0
+    """Floor while a group has little history (start-up, compilation, the first step)."""
+    hang_warm_cells: int = 16
+    """A group's first blocks, left out of its history (``hang_floor_s`` applies from 8 blocks later)."""
+    hang_hist_tau_s: float = 300.0
+    """Time constant with which a group's history of long ops fades (periodic ones stay)."""
+    dead_after_s: float = 6.0
+    """A rank silent this long (and at least ``dead_flushes`` send periods) is dead."""
+    dead_flushes: float = 5.0
+    """...in units of the rank's own send period."""
+    silent_flushes: float = 2.5
+    """Silent this many send periods: a possible casualty (a hang naming it waits for ``dead_after_s``)."""
+    cascade_s: float = 60.0
+    """Casualties within this long after the first are the launcher's victims, not suspects."""
+    casualty_tie_s: float = 1.0
+    """Casualties this close to the first are as early as it (several can be the first)."""
+    ready_after_s: float = 10.0
+    """Seconds of fresh data after a (re)start before the detector's verdicts are final."""
+    cell_timeout_s: float = 5.0
+    """A block some members never report is analysed with the members that did after this long."""
+    raw_block_s: float = 0.2
+    """Raw records are grouped into blocks spanning about this long (a power of two of ops, <= 64)."""
+    node_share: float = 0.5
+    """Suspect ranks covering at least this share of a node's ranks make the node the suspect."""
+    analysis_slots_per_s: float = 250_000.0
+    """Slowness analysis runs every (slots / this) seconds at most (a slot is one rank in one group)."""
+    max_analysis_period_s: float = 4.0
+    """...but at least this often."""
+    max_flight_recorder_ranks: int = 1024
+    """At most this many ranks are asked for a Flight Recorder dump per hang."""

@@ -1,0 +1,324 @@
+"""The evaluation: labelled simulated jobs through the real ``JobDetector``, scored.
+
+Each scenario's batches are fed to a fresh detector in the order the collector would receive
+them, and ``evaluate`` is called every ``eval_every`` seconds of simulated server time, as the
+collector's analysis loop does. A reported suspect is *right* when its kind, level and what it
+names (ranks for a rank, nodes for a node, the two nodes of a link) equal an injected fault's
+label and it appeared after that fault's onset; everything else it reports is a false suspect.
+Per fault class the table gives precision, recall, detection latency (onset to the first right
+report: median and 95th percentile, over all detections and over those whose true job slowdown is
+at least 1.2x or that stop the job), and false suspects per simulated job-hour on healthy runs.
+
+``evaluate_suite`` is argparse-free so ``rankwatch evaluate`` and ``bench/eval_detector.py`` share it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rankwatch.detector.config import DetectorConfig
+from rankwatch.detector.finding import KINDS, Finding
+from rankwatch.detector.job import JobDetector
+from rankwatch.sim.faults import Expected
+from rankwatch.sim.scenario import Scenario
+from rankwatch.sim.ship import deliveries
+from rankwatch.sim.suite import build_suite
+from rankwatch.sim.truth import job_slowdown
+
+__all__ = ["ScenarioResult", "SuiteReport", "evaluate_suite", "run_scenario"]
+
+
+@dataclass(slots=True)
+class Reported:
+    """One suspect key as the collector would have seen it."""
+
+    key: str
+    kind: str
+    level: str
+    ranks: list[int]
+    nodes: list[str]
+    link: tuple[str, str] | None
+    first: float  # first evaluate time it was reported
+    last: float
+    slowdown: float | None
+    match: int = -1  # index of the fault it is right about, -1: false
+
+
+@dataclass(slots=True)
+class ScenarioResult:
+    name: str
+    tags: tuple[str, ...]
+    healthy: bool
+    duration: float
+    expected: list[Expected]
+    onsets: list[float]
+    ends: list[float]
+    reported: list[Reported]
+    latency: list[float | None]  # per fault: onset to first right report
+    resolved: list[bool | None]  # per fault that ends: its suspect went away
+    true_slowdown: float | None
+    coll_per_s: float
+    cpu_s: float
+    findings_sample: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def false_suspects(self) -> list[Reported]:
+        return [r for r in self.reported if r.match < 0]
+
+
+def _matches(f: Reported, e: Expected) -> bool:
+    if f.kind != e.kind or f.level != e.level:
+        return False
+    if e.level == "rank":
+        return sorted(f.ranks) == sorted(e.ranks)
+    if e.level == "node":
+        return sorted(f.nodes) == sorted(e.nodes)
+    return f.link is not None and tuple(sorted(f.link)) == tuple(sorted(e.link or ()))
+
+
+def run_scenario(
+    sc: Scenario,
+    config: DetectorConfig | None = None,
+    *,
+    eval_every: float = 1.0,
+    keep_findings: bool = False,
+    on_eval: Callable[[float, list[Finding]], None] | None = None,
+) -> ScenarioResult:
+    """Run one scenario through a fresh detector and score what it reported."""
+    det = JobDetector(config)
+    lay = sc.layout
+    expected = [f.expected(lay.gpus_per_node, lay.world) for f in sc.faults]
+    reported: dict[str, Reported] = {}
+    sample: list[dict[str, Any]] = []
+    cpu0 = time.process_time()
+    n_coll = 0
+    t_next = eval_every
+
+    def tick(now: float) -> None:
+        found = det.evaluate(now)
+        if on_eval is not None:
+            on_eval(now, found)
+        for f in found:
+            r = reported.get(f.key)
+            if r is None:
+                reported[f.key] = Reported(f.key, f.kind, f.level, f.ranks, f.nodes, f.link, now, now, f.slowdown)
+                if keep_findings and len(sample) < 20:
+                    sample.append(f.to_dict())
+            else:
+                r.last = now
+                r.slowdown = f.slowdown
+
+    step_log: list[float] = []
+    for d in deliveries(sc, step_log):
+        while d.received_at > t_next:
+            tick(t_next)
+            t_next += eval_every
+        det.observe(d.batch, d.received_at)
+        n_coll += len(d.batch.records)
+    while t_next <= sc.duration + 0.5 * eval_every:
+        tick(t_next)
+        t_next += eval_every
+    cpu = time.process_time() - cpu0
+    onsets = [f.onset for f in sc.faults]
+    ends = [f.end for f in sc.faults]
+    latency: list[float | None] = [None] * len(sc.faults)
+    for r in reported.values():
+        for i, e in enumerate(expected):
+            if _matches(r, e) and r.first >= onsets[i] - 1e-9:
+                r.match = i
+                lat = r.first - onsets[i]
+                if latency[i] is None or lat < latency[i]:  # type: ignore[operator]
+                    latency[i] = lat
+                break
+    resolved: list[bool | None] = []
+    for i, end in enumerate(ends):
+        if not math.isfinite(end) or end > sc.duration - 20.0:
+            resolved.append(None)
+            continue
+        mine = [r for r in reported.values() if r.match == i]
+        resolved.append(bool(mine) and all(r.last <= end + 15.0 for r in mine))
+    return ScenarioResult(
+        name=sc.name,
+        tags=sc.tags,
+        healthy=not sc.faults,
+        duration=sc.duration,
+        expected=expected,
+        onsets=onsets,
+        ends=ends,
+        reported=list(reported.values()),
+        latency=latency,
+        resolved=resolved,
+        true_slowdown=job_slowdown(sc, step_log),
+        coll_per_s=n_coll / max(1, lay.world) / sc.duration,
+        cpu_s=cpu,
+        findings_sample=sample,
+    )
+
+
+def _run_one(args: tuple[Scenario, DetectorConfig | None, float]) -> ScenarioResult:
+    sc, cfg, every = args
+    return run_scenario(sc, cfg, eval_every=every)
+
+
+OPTIONAL_BELOW = 1.03
+"""Slow faults making the job less than this much slower need not be reported (an effect that
+does not matter: DetectorConfig.min_effect); naming them is right, missing them is not a miss."""
+
+
+def _required(res: ScenarioResult, i: int) -> bool:
+    if res.expected[i].kind not in ("noncomm_slow", "comm_slow"):
+        return True
+    return res.true_slowdown is None or res.true_slowdown >= OPTIONAL_BELOW
+
+
+@dataclass(slots=True)
+class SuiteReport:
+    split: str
+    results: list[ScenarioResult]
+    wall_s: float
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Per fault kind: the numbers the table prints."""
+        out = []
+        for kind in KINDS:
+            every = [(res, i) for res in self.results for i, e in enumerate(res.expected) if e.kind == kind]
+            faults = [(res, i) for res, i in every if _required(res, i)]
+            optional = [(res, i) for res, i in every if not _required(res, i)]
+            reps = [r for res in self.results for r in res.reported if r.kind == kind]
+            right = [r for r in reps if r.match >= 0]
+            lat = [float(x) for res, i in faults if (x := res.latency[i]) is not None]
+            strong = [
+                float(x)
+                for res, i in faults
+                if (x := res.latency[i]) is not None
+                and (kind not in ("noncomm_slow", "comm_slow") or (res.true_slowdown or 0.0) >= 1.2)
+            ]
+            found = sum(1 for res, i in faults if res.latency[i] is not None)
+            res_checks = [res.resolved[i] for res, i in faults if res.resolved[i] is not None]
+            out.append(
+                {
+                    "kind": kind,
+                    "faults": len(faults),
+                    "found": found,
+                    "recall": found / len(faults) if faults else math.nan,
+                    "reported": len(reps),
+                    "precision": len(right) / len(reps) if reps else math.nan,
+                    "lat_med": float(np.median(lat)) if lat else math.nan,
+                    "lat_p95": float(np.percentile(lat, 95)) if lat else math.nan,
+                    "strong_n": len(strong),
+                    "strong_med": float(np.median(strong)) if strong else math.nan,
+                    "strong_p95": float(np.percentile(strong, 95)) if strong else math.nan,
+                    "resolved": (sum(bool(x) for x in res_checks), len(res_checks)),
+                    "optional": (sum(1 for res, i in optional if res.latency[i] is not None), len(optional)),
+                }
+            )
+        return out
+
+    def healthy(self) -> tuple[int, float, int]:
+        runs = [r for r in self.results if r.healthy]
+        hours = sum(r.duration for r in runs) / 3600.0
+        return len(runs), hours, sum(len(r.reported) for r in runs)
+
+    def table(self) -> str:
+        lines = [
+            f"split={self.split}  scenarios={len(self.results)}  wall={self.wall_s:.0f}s",
+            "kind            faults  recall  reported  precision  latency med/p95 (s)"
+            "  >=1.2x or hang: n  med/p95 (s)  resolved  <1.03x found",
+        ]
+        for r in self.rows():
+            ok, n = r["resolved"]
+            lines.append(
+                f"{r['kind']:<15} {r['faults']:>6}  {_f(r['recall'])}  {r['reported']:>8}  {_f(r['precision']):>9}  "
+                f"{_f(r['lat_med'], 1):>7} / {_f(r['lat_p95'], 1):<9}  {r['strong_n']:>18}  "
+                f"{_f(r['strong_med'], 1):>4} / {_f(r['strong_p95'], 1):<5}  {ok:>3}/{n:<4}  "
+                f"{r['optional'][0]}/{r['optional'][1]}"
+            )
+        all_reps = [r for res in self.results for r in res.reported if not res.healthy]
+        all_faults = [(res, i) for res in self.results for i in range(len(res.expected)) if _required(res, i)]
+        right = sum(1 for r in all_reps if r.match >= 0)
+        found = sum(1 for res, i in all_faults if res.latency[i] is not None)
+        lines.append(
+            f"{'all faults':<15} {len(all_faults):>6}  {_f(found / max(1, len(all_faults)))}  {len(all_reps):>8}  "
+            f"{_f(right / max(1, len(all_reps))):>9}"
+        )
+        runs, hours, false = self.healthy()
+        lines.append(
+            f"healthy runs: {runs}, {hours:.2f} job-hours, {false} false suspects = "
+            f"{false / hours if hours else math.nan:.2f} per job-hour"
+        )
+        rates = sorted({t for res in self.results for t in res.tags if t.endswith("/s")}, key=lambda s: float(s[:-2]))
+        profs = sorted({res.tags[1] for res in self.results if len(res.tags) > 1})
+        lines.append(f"op rates (nominal): {', '.join(rates)}; profiles: {', '.join(profs)}")
+        return "\n".join(lines)
+
+    def misses(self) -> str:
+        """Scenarios with a missed fault or a false suspect, for tuning."""
+        lines = []
+        for res in self.results:
+            miss = [i for i, lat in enumerate(res.latency) if lat is None and _required(res, i)]
+            false = res.false_suspects
+            if miss or false:
+                missed = [(res.expected[i].kind, res.expected[i].level, res.expected[i].nodes) for i in miss]
+                lines.append(
+                    f"{res.name} {'/'.join(res.tags)} slowdown={res.true_slowdown} "
+                    f"missed={missed} false={[(r.key, round(r.first, 1)) for r in false]}"
+                )
+        return "\n".join(lines)
+
+
+def _f(x: float, nd: int = 3) -> str:
+    return "  -  " if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def evaluate_suite(
+    split: str = "tune",
+    *,
+    scenarios: Iterable[Scenario] | None = None,
+    config: DetectorConfig | None = None,
+    workers: int = 1,
+    eval_every: float = 1.0,
+    only: str | None = None,
+    progress: Callable[[ScenarioResult], None] | None = None,
+) -> SuiteReport:
+    """Run a split of the suite (or given scenarios) and collect the results.
+
+    Args:
+        split: ``smoke``, ``tune`` or ``heldout`` (see ``rankwatch.sim.suite``).
+        scenarios: run these instead of the split's.
+        config: detector thresholds (default: ``DetectorConfig()``).
+        workers: processes to run scenarios in.
+        eval_every: seconds of simulated time between ``evaluate`` calls.
+        only: run only scenarios whose name contains this.
+        progress: called with each result as it completes.
+    """
+    scs = list(scenarios) if scenarios is not None else build_suite(split)
+    if only:
+        scs = [s for s in scs if only in s.name]
+    t0 = time.perf_counter()
+    results: list[ScenarioResult] = []
+    if workers <= 1:
+        for sc in scs:
+            res = run_scenario(sc, config, eval_every=eval_every)
+            results.append(res)
+            if progress:
+                progress(res)
+    else:
+        # big scenarios first so the pool ends evenly
+        order = sorted(range(len(scs)), key=lambda i: -scs[i].layout.world * scs[i].duration)
+        with ProcessPoolExecutor(workers) as pool:
+            got: dict[int, ScenarioResult] = {}
+            futs = {pool.submit(_run_one, (scs[i], config, eval_every)): i for i in order}
+            for fut in futs:
+                res = fut.result()
+                got[futs[fut]] = res
+                if progress:
+                    progress(res)
+            results = [got[i] for i in range(len(scs))]
+    return SuiteReport(split=split, results=results, wall_s=time.perf_counter() - t0)

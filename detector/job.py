@@ -1,0 +1,673 @@
+"""``JobDetector``: one job's batches in, the suspects active now out.
+
+The collector calls ``observe`` (a raw ``wire.Batch``) or ``observe_blocks`` (a ``BlockBatch`` of
+block summaries) for every batch as it arrives, and ``evaluate`` whenever it wants the current
+suspects. Time only comes in as arguments: the same code runs live, in the simulator and in the
+benchmarks. All state is per slot, per channel or per rank, and pending blocks are bounded by the
+cell timeout, so memory is bounded by the job's size.
+
+A suspect's ``key`` names what it is about (kind, level, rank/node/link); it is reported while its
+evidence holds and for ``release_s`` after, so one fault is one suspect even when its evidence
+flickers. After a service restart nothing is known: ``ready`` turns true once ``ready_after_s``
+of fresh data have been analysed, and until then the collector keeps its old suspects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rankwatch.detector.cells import PENDING_DTYPE, CellTable, cell_key, cell_stats, key_block
+from rankwatch.detector.config import DetectorConfig
+from rankwatch.detector.finding import Finding
+from rankwatch.detector.hangs import HangReport, ProgressTracker, StuckGroup
+from rankwatch.detector.lateness import LatenessTracker, Straggler
+from rankwatch.detector.liveness import Liveness
+from rankwatch.detector.localise import Culprit, localise
+from rankwatch.detector.topology import Topology
+from rankwatch.detector.transfer import TransferTracker
+from rankwatch.sim.blocks import BLOCK_SEQS, BlockBatch, from_batch
+from rankwatch.wire import Batch, OpKind
+
+__all__ = ["JobDetector"]
+
+_SEND, _RECV = int(OpKind.SEND), int(OpKind.RECV)
+
+
+@dataclass(slots=True)
+class _Track:
+    finding: Finding
+    last_true: float
+
+
+class JobDetector:
+    """The detector for one job."""
+
+    def __init__(self, config: DetectorConfig | None = None) -> None:
+        self.cfg = config or DetectorConfig()
+        self.topo = Topology()
+        self.cells = CellTable()
+        self.late = LatenessTracker(self.cfg)
+        self.xfer = TransferTracker(self.cfg)
+        self.prog = ProgressTracker(self.cfg)
+        self.live = Liveness(self.cfg)
+        self._started = float("nan")
+        self._last_eval = float("nan")
+        self._last_full = float("nan")
+        self._slow_cands: dict[str, Finding] = {}
+        self._restart = -1
+        self._tracks: dict[str, _Track] = {}
+        self._rank_hot: dict[int, float] = {}
+        self._ch_slow: dict[int, float] = {}
+        self.batches = 0
+        self.rows = 0
+
+    # -- input -------------------------------------------------------------------------------------
+    def observe(self, batch: Batch, received_at: float) -> None:
+        """Take one rank's raw batch (its records are summarised into blocks here).
+
+        Args:
+            batch: a decoded ``wire.Batch``.
+            received_at: server wall-clock seconds when it arrived.
+        """
+        h = batch.header
+        rank, world = int(h["rank"]), int(h["world"])
+        self._see_world(world)
+        chans = self.topo.register_groups(list(h.get("groups", [])), rank)
+        bb = from_batch(h, batch.records, self._block_sizes(chans, batch, float(h.get("flush_s") or 1.0)))
+        self._ingest(bb, received_at, chans)
+
+    def observe_blocks(self, batch: BlockBatch, received_at: float) -> None:
+        """Take block summaries of one or more ranks (large jobs, per-node agents).
+
+        Args:
+            batch: the ranks' liveness, progress and block summaries.
+            received_at: server wall-clock seconds when it arrived.
+        """
+        if batch.ranks.shape[0]:
+            self._see_world(int(batch.ranks["world"].max()))
+        known = self.topo.channel_id
+        got = [known.get(e.get("id")) for e in batch.groups]  # type: ignore[arg-type]
+        chans = np.fromiter((-1 if c is None else c for c in got), np.int64, len(got))
+        for i in [i for i, c in enumerate(got) if c is None]:
+            e = batch.groups[i]
+            gid = e.get("id")
+            ch = None
+            if isinstance(gid, str):
+                reporter = next((r for (r, gi) in batch.group_rank if gi == i), 0)
+                e2 = dict(e)
+                if "ranks" not in e2 and (reporter, i) in batch.group_rank:
+                    e2["group_rank"] = batch.group_rank[(reporter, i)]
+                ch = int(self.topo.register_groups([e2], reporter)[0])
+            chans[i] = -1 if ch is None else ch
+        self._ingest(batch, received_at, chans)
+
+    def _see_world(self, world: int) -> None:
+        if world > self.topo.world:
+            self.topo.ensure_world(world)
+            self.live.ensure(world)
+
+    def _block_sizes(self, chans: np.ndarray, batch: Batch, flush_s: float) -> np.ndarray:
+        """Block size per header group: fixed per group at first sight, from its op rate."""
+        topo = self.topo
+        out = np.ones(chans.shape[0], np.int64)
+        rec = batch.records
+        for i, ch in enumerate(chans.tolist()):
+            if ch < 0:
+                continue
+            b = int(topo.ch_block[ch])
+            if b == 0:
+                if not len(rec):
+                    continue
+                n = int(np.count_nonzero((rec.group == i) & (rec.kind != _SEND) & (rec.kind != _RECV)))
+                if not n:
+                    continue
+                want = n / max(flush_s, 1e-3) * self.cfg.raw_block_s
+                b = int(min(BLOCK_SEQS, 2 ** max(0, int(np.floor(np.log2(max(want, 1.0)))))))
+                topo.set_block(np.array([ch]), np.array([b]))
+            out[i] = b
+        return out
+
+    def _ingest(self, bb: BlockBatch, received_at: float, chans: np.ndarray) -> None:
+        topo, live = self.topo, self.live
+        if np.isnan(self._started):
+            self._started = received_at
+        self.batches += 1
+        rows = bb.ranks
+        if rows.shape[0]:
+            restart = int(rows["restart"].max())
+            if restart > self._restart:
+                if self._restart >= 0:
+                    self._reset_analysis()
+                self._restart = restart
+        for r, name in bb.nodes.items():
+            if name and 0 <= r < topo.world:
+                topo.set_node(r, name)
+        live.update(rows, received_at, bb.notes)
+        offset = live.offset
+        self._ingest_progress(bb, chans, offset)
+        self._ingest_blocks(bb, chans, offset, received_at)
+
+    def _slots(self, bb: BlockBatch, chans: np.ndarray, ranks: np.ndarray, gi: np.ndarray) -> np.ndarray:
+        """Slot of each (rank, batch group index) pair; -1 where unknown."""
+        ok = (gi >= 0) & (gi < chans.shape[0])
+        ch = (
+            np.where(ok, chans[np.clip(gi, 0, max(0, chans.shape[0] - 1))], -1)
+            if chans.shape[0]
+            else np.full(gi.shape, -1)
+        )
+        return self.topo.slot_of(ch.astype(np.int64), ranks.astype(np.int64))
+
+    def _ingest_progress(self, bb: BlockBatch, chans: np.ndarray, offset: np.ndarray) -> None:
+        topo, prog = self.topo, self.prog
+        pr = bb.progress
+        if pr.shape[0]:
+            ranks = pr["rank"].astype(np.int64)
+            slots = self._slots(bb, chans, ranks, pr["group"].astype(np.int64))
+            ok = slots >= 0
+            prog.ensure(topo.n_slots, topo.n_channels)
+            s, p = slots[ok], pr[ok]
+            prog.entered[s] = np.maximum(prog.entered[s], p["entered"])
+            prog.completed[s] = p["completed"]
+            since = np.where(p["inflight_since_ns"] >= 0, p["inflight_since_ns"] * 1e-9 + offset[ranks[ok]], np.nan)
+            prog.since[s] = since
+        # point-to-point ops in flight: clear what these ranks had, then set what they say now
+        prog.ensure(topo.n_slots, topo.n_channels)
+        mine = topo.slots_of_ranks(bb.ranks["rank"])
+        prog.since[mine[topo.ch_parent[topo.slot_ch[mine]] >= 0]] = np.nan
+        pp = bb.p2p
+        if pp.shape[0]:
+            slots = self._p2p_slots(bb, chans, pp["rank"], pp["group"], pp["kind"], pp["peer"])
+            ok = slots >= 0
+            prog.ensure(topo.n_slots, topo.n_channels)
+            s, p = slots[ok], pp[ok]
+            prog.since[s] = p["since_ns"] * 1e-9 + offset[p["rank"].astype(np.int64)]
+            prog.entered[s] = np.maximum(prog.entered[s], p["seq"])
+
+    def _p2p_slots(
+        self, bb: BlockBatch, chans: np.ndarray, rank: np.ndarray, gi: np.ndarray, kind: np.ndarray, peer: np.ndarray
+    ) -> np.ndarray:
+        """Slot of point-to-point rows in their (group, sender, receiver) channel."""
+        topo = self.topo
+        rank = rank.astype(np.int64)
+        gi = gi.astype(np.int64)
+        parent_slot = self._slots(bb, chans, rank, gi)
+        ok = parent_slot >= 0
+        out = np.full(rank.shape[0], -1, np.int64)
+        if not ok.any():
+            return out
+        parent = topo.slot_ch[parent_slot[ok]]
+        me = parent_slot[ok] - topo.ch_off[parent]
+        pe = peer[ok].astype(np.int64)
+        send = kind[ok] == _SEND
+        valid = (pe >= 0) & (pe < topo.ch_size[parent])
+        src = np.where(send, me, pe)
+        dst = np.where(send, pe, me)
+        ch = np.full(parent.shape[0], -1, np.int64)
+        if valid.any():
+            ch[valid] = topo.p2p_channels(parent[valid], src[valid], dst[valid])
+        slot = np.where(ch >= 0, topo.ch_off[np.maximum(ch, 0)] + np.where(send, 0, 1), -1)
+        out[np.flatnonzero(ok)] = slot
+        return out
+
+    def _ingest_blocks(self, bb: BlockBatch, chans: np.ndarray, offset: np.ndarray, received_at: float) -> None:
+        topo, prog = self.topo, self.prog
+        b = bb.blocks
+        if not b.shape[0]:
+            return
+        kind = b["kind"]
+        p2p = (kind == _SEND) | (kind == _RECV)
+        slots = np.full(b.shape[0], -1, np.int64)
+        if (~p2p).any():
+            idx = np.flatnonzero(~p2p)
+            slots[idx] = self._slots(bb, chans, b["rank"][idx].astype(np.int64), b["group"][idx].astype(np.int64))
+        if p2p.any():
+            idx = np.flatnonzero(p2p)
+            slots[idx] = self._p2p_slots(bb, chans, b["rank"][idx], b["group"][idx], kind[idx], b["peer"][idx])
+        ok = slots >= 0
+        if not ok.all():
+            b, slots, p2p = b[ok], slots[ok], p2p[ok]
+            kind = b["kind"]
+        if not b.shape[0]:
+            return
+        prog.ensure(topo.n_slots, topo.n_channels)
+        ch = topo.slot_ch[slots]
+        bs = b["block_seqs"].astype(np.int64)
+        cur = topo.ch_block[ch]
+        unset = cur == 0
+        if unset.any():
+            topo.set_block(ch[unset], bs[unset])
+            cur = topo.ch_block[ch]
+        same = cur == bs
+        if not same.all():  # members disagree on the block size: the group's first word stands
+            b, slots, p2p, ch = b[same], slots[same], p2p[same], ch[same]
+            kind = b["kind"]
+        np.maximum.at(prog.wm, slots, b["seq_hi"])
+        if p2p.any():
+            ps = slots[p2p]
+            np.maximum.at(prog.entered, ps, b["seq_hi"][p2p])
+            np.maximum.at(prog.completed, ps, b["seq_hi"][p2p])
+        ranks = b["rank"].astype(np.int64)
+        off = offset[ranks]
+        t_last = b["last_enter_ns"] * 1e-9 + off
+        np.maximum.at(prog.last_progress, ch, t_last)
+        nbits = np.zeros(b.shape[0], np.int64)
+        nz = b["nbytes"] > 0
+        nbits[nz] = np.floor(np.log2(b["nbytes"][nz].astype(np.float64))).astype(np.int64) + 1
+        cls_kind = np.where(p2p, _SEND, kind.astype(np.int64))
+        rows = np.zeros(b.shape[0], PENDING_DTYPE)
+        rows["key"] = cell_key(ch, (cls_kind << 6) | np.minimum(nbits, 63), b["block"])
+        rows["slot"] = slots
+        rows["cnt"] = b["count"]
+        rows["sum"] = b["sum_ns"] * 1e-9
+        rows["mn"] = b["min_ns"] * 1e-9
+        rows["mx"] = b["max_ns"] * 1e-9
+        rows["t_first"] = b["first_enter_ns"] * 1e-9 + off
+        rows["t_last"] = t_last
+        rows["arrived"] = received_at
+        self.cells.add(rows)
+        self.rows += rows.shape[0]
+
+    def _reset_analysis(self) -> None:
+        """A new incarnation of the job: sequence numbers start again."""
+        self.cells.clear()
+        self.late.reset()
+        self.xfer.reset()
+        self.prog.reset()
+        self._rank_hot.clear()
+        self._ch_slow.clear()
+
+    # -- output ------------------------------------------------------------------------------------
+    def ready(self, now: float) -> bool:
+        """Whether enough fresh data has been analysed for the verdicts to be final."""
+        return not np.isnan(self._started) and now - self._started >= self.cfg.ready_after_s
+
+    def evaluate(self, now: float) -> list[Finding]:
+        """The suspects active at server time ``now``.
+
+        Blocks that arrived are analysed at every call. The per-slot analysis of slowness, whose
+        cost grows with the job, runs at most every ``n_slots / analysis_slots_per_s`` seconds
+        (every call up to about 40,000 ranks); hangs and deaths are checked at every call.
+        """
+        cfg, topo = self.cfg, self.topo
+        self._last_eval = now
+        n_slots, n_ch = topo.n_slots, topo.n_channels
+        self.prog.ensure(n_slots, n_ch)
+        cands: dict[str, Finding] = {}
+        if not n_ch:
+            self._dead_findings(now, cands)
+            return self._lifecycle(now, cands)
+        wm_min = np.minimum.reduceat(self.prog.wm[:n_slots], topo.ch_off)
+        ready = self.cells.take(now, topo.ch_size, topo.ch_block, wm_min, cfg.cell_timeout_s)
+        st = cell_stats(ready)
+        blk = key_block(ready["key"])
+        row_ch = topo.slot_ch[st.slot]
+        self.late.update(now, st, blk * topo.ch_block[row_ch] + 1, n_slots, n_ch, row_ch, topo.ch_parent[row_ch] >= 0)
+        first_row = np.flatnonzero(np.r_[True, np.diff(ready["key"]) != 0]) if len(st) else np.zeros(0, np.int64)
+        self.prog.observe_cells(now, st, (blk[first_row] + 1) * topo.ch_block[st.c_ch])
+        # transfers first: channels slow now (or reported slow) freeze lateness baselines, and
+        # ranks on them are not stragglers (their lateness is the slow transfer's)
+        frozen = np.zeros(n_ch, bool)
+        frozen[topo.slot_ch[np.flatnonzero(self.late.hot[:n_slots])]] = True
+        frozen[list(self._ch_slow)] = True
+        self.xfer.update(now, st, frozen)
+        silent = self.live.silent(now, cfg.silent_flushes)
+        dead = self.live.dead(now)
+        ended = self.live.state[: topo.world] != 0
+        hangs = self.prog.analyse(now, topo, silent, dead, ended)
+        self._dead_findings(now, cands)
+        self._hang_findings(now, hangs, cands)
+        period = min(cfg.max_analysis_period_s, max(0.0, n_slots / cfg.analysis_slots_per_s))
+        if np.isnan(self._last_full) or now - self._last_full >= period - 1e-9:
+            dt = 0.0 if np.isnan(self._last_full) else now - self._last_full
+            self._last_full = now
+            slow, healthy = self.xfer.status(n_ch)
+            comm_frozen = slow.copy()
+            comm_frozen[list(self._ch_slow)] = True
+            ch_excess = np.clip(np.nan_to_num(self.xfer.ex_rate[:n_ch], nan=0.0), 0.0, None)
+            if ch_excess.shape[0] < n_ch:
+                ch_excess = np.r_[ch_excess, np.zeros(n_ch - ch_excess.shape[0])]
+            roots = self.late.analyse(now, dt, topo, self._reported_ranks("noncomm_slow"), comm_frozen, ch_excess)
+            slow_cands: dict[str, Finding] = {}
+            if not hangs.stuck:
+                self._straggler_findings(now, roots, slow_cands)
+                self._comm_findings(now, slow, healthy, slow_cands)
+            self._slow_cands = slow_cands
+        elif hangs.stuck:
+            self._slow_cands = {}
+        cands.update(self._slow_cands)
+        return self._lifecycle(now, cands)
+
+    def _reported_ranks(self, kind: str) -> set[int]:
+        out: set[int] = set()
+        for tr in self._tracks.values():
+            if tr.finding.kind == kind:
+                out.update(tr.finding.ranks)
+        return out
+
+    def _lifecycle(self, now: float, cands: dict[str, Finding]) -> list[Finding]:
+        for key, f in cands.items():
+            tr = self._tracks.get(key)
+            if tr is None:
+                f.detected_at = now
+                self._tracks[key] = _Track(f, now)
+            else:
+                f.detected_at = tr.finding.detected_at
+                f.first_seen = min(f.first_seen, tr.finding.first_seen)
+                tr.finding, tr.last_true = f, now
+        out = []
+        for key in list(self._tracks):
+            tr = self._tracks[key]
+            if now - tr.last_true > self.cfg.release_s:
+                del self._tracks[key]
+            else:
+                out.append(tr.finding)
+        out.sort(key=lambda f: (f.detected_at, f.key))
+        return out
+
+    # -- findings per kind -------------------------------------------------------------------------
+    def _node_groups(self, ranks: list[int]) -> tuple[dict[int, list[int]], list[int]]:
+        """Split ranks into nodes where they are at least ``node_share`` of the node, and the rest."""
+        topo = self.topo
+        per_node: dict[int, list[int]] = {}
+        for r in ranks:
+            per_node.setdefault(int(topo.node_of[r]), []).append(r)
+        on_node = topo.node_ranks()
+        nodes: dict[int, list[int]] = {}
+        singles: list[int] = []
+        for n, rs in per_node.items():
+            total = len(on_node.get(n, []))
+            if n >= 0 and len(rs) >= 2 and len(rs) >= self.cfg.node_share * total:
+                nodes[n] = sorted(rs)
+            else:
+                singles.extend(rs)
+        return nodes, sorted(singles)
+
+    def _base(
+        self, kind: str, level: str, ranks: list[int], nodes: list[int], link: tuple[int, int] | None
+    ) -> dict[str, Any]:
+        topo = self.topo
+        names = [topo.node_names[n] for n in nodes if 0 <= n < len(topo.node_names)]
+        link_names = None
+        if link is not None:
+            a, b = sorted((topo.node_names[link[0]], topo.node_names[link[1]]))
+            link_names = (a, b)
+        if level == "rank":
+            ident = "+".join(str(r) for r in ranks)
+        elif level == "node":
+            ident = "+".join(sorted(names))
+        else:
+            ident = "|".join(link_names or ())
+        return {
+            "key": f"{kind}:{level}:{ident}",
+            "kind": kind,
+            "level": level,
+            "ranks": list(ranks),
+            "nodes": sorted(names),
+            "link": link_names,
+        }
+
+    def _dead_findings(self, now: float, cands: dict[str, Finding]) -> None:
+        live = self.live
+        suspects, wave = live.first_casualties(now)
+        if not suspects:
+            return
+        by_rank = {c.rank: c for c in suspects}
+        nodes, singles = self._node_groups(sorted(by_rank))
+        # ranks of one node go silent within a send period of each other: while more of a node is
+        # silent than is dead yet, wait for them rather than name its ranks one by one
+        silent = self.live.silent(now, self.cfg.silent_flushes)
+        if singles and silent.any():
+            pending, _ = self._node_groups(sorted(set(np.flatnonzero(silent).tolist()) | set(singles)))
+            singles = [r for r in singles if int(self.topo.node_of[r]) not in pending]
+        wave_info = {
+            "casualties": len(wave),
+            "first": [{"rank": c.rank, "how": c.how, "at": c.at} for c in wave[:8]],
+        }
+        groups: list[tuple[str, list[int], list[int]]] = [("node", rs, [n]) for n, rs in nodes.items()]
+        groups += [("rank", [r], [int(self.topo.node_of[r])]) for r in singles]
+        for level, rs, ns in groups:
+            c0 = min((by_rank[r] for r in rs), key=lambda c: c.at)
+            ev: dict[str, Any] = {
+                "how": {str(r): by_rank[r].how for r in rs},
+                "last_seen": {str(r): float(live.last_seen[r]) for r in rs},
+                "wave": wave_info,
+            }
+            for r in rs:
+                note = live.notes.get(r, {})
+                if note.get("end_reason"):
+                    ev.setdefault("end_reason", {})[str(r)] = note["end_reason"]
+                if note.get("stack"):
+                    ev.setdefault("stack", {})[str(r)] = note["stack"]
+            base = self._base("rank_dead", level, rs, ns, None)
+            cands[base["key"]] = Finding(
+                **base,
+                score=0.95,
+                slowdown=None,
+                first_seen=c0.at,
+                detected_at=now,
+                evidence=ev,
+                flight_recorder_ranks=[],
+            )
+
+    def _stuck_ev(self, g: StuckGroup) -> dict[str, Any]:
+        topo = self.topo
+        return {
+            "group": topo.ch_name[g.ch],
+            "desc": topo.ch_desc[g.ch],
+            "seq": g.seq,
+            "stuck_since": g.since,
+            "threshold_s": round(g.threshold, 3),
+            "waiting": g.waiting[:64],
+            "never_entered": g.missing[:64],
+        }
+
+    def _fr_ranks(self, groups: list[StuckGroup]) -> list[int]:
+        topo = self.topo
+        out: set[int] = set()
+        for g in groups:
+            ch = g.ch
+            parent = int(topo.ch_parent[ch])
+            src = topo.ch_members[parent if parent >= 0 else ch]
+            out.update(int(r) for r in src.tolist())
+        return sorted(out)[: self.cfg.max_flight_recorder_ranks]
+
+    def _hang_findings(self, now: float, rep: HangReport, cands: dict[str, Finding]) -> None:
+        topo, live = self.topo, self.live
+        if rep.noncomm_roots:
+            nodes, singles = self._node_groups(sorted(rep.noncomm_roots))
+            groups: list[tuple[str, list[int], list[int]]] = [("node", rs, [n]) for n, rs in nodes.items()]
+            groups += [("rank", [r], [int(topo.node_of[r])]) for r in singles]
+            for level, rs, ns in groups:
+                stuck = [g for r in rs for g in rep.noncomm_roots[r]]
+                ev: dict[str, Any] = {"stuck_groups": [self._stuck_ev(g) for g in stuck[:16]]}
+                stacks = {str(r): live.notes.get(r, {}).get("stack") for r in rs if live.notes.get(r, {}).get("stack")}
+                if stacks:
+                    ev["stack"] = stacks
+                base = self._base("noncomm_hang", level, rs, ns, None)
+                cands[base["key"]] = Finding(
+                    **base,
+                    score=0.9,
+                    slowdown=None,
+                    first_seen=min(g.since for g in stuck),
+                    detected_at=now,
+                    evidence=ev,
+                    flight_recorder_ranks=self._fr_ranks(stuck),
+                )
+        if rep.comm_roots:
+            roots = [g.ch for g in rep.comm_roots]
+            onset = min(g.since for g in rep.comm_roots)
+            lp = self.prog.last_progress[: topo.n_channels]
+            stuck_ch = {g.ch for g in rep.stuck}
+            progressed = [int(c) for c in np.flatnonzero(lp > onset + 1.0).tolist() if c not in stuck_ch]
+            for cul in localise(topo, roots, self._near(roots, progressed)):
+                gs = [g for g in rep.comm_roots if g.ch in set(cul.channels)]
+                ev = {"stuck_groups": [self._stuck_ev(g) for g in gs[:16]], **self._culprit_ev(cul)}
+                member = next((r for g in gs for r in g.waiting if live.notes.get(r, {}).get("stack")), None)
+                if member is not None:
+                    ev["stack"] = {str(member): live.notes[member]["stack"]}
+                base = self._base("comm_hang", cul.level, cul.ranks, cul.nodes, cul.link)
+                cands[base["key"]] = Finding(
+                    **base,
+                    score=0.5 if cul.ambiguous else 0.85,
+                    slowdown=None,
+                    first_seen=min(g.since for g in gs),
+                    detected_at=now,
+                    evidence=ev,
+                    flight_recorder_ranks=self._fr_ranks(gs),
+                )
+
+    def _near(self, faulty: list[int], channels: list[int]) -> list[int]:
+        """The channels among ``channels`` that share a node with a faulty one (the rest cannot clear anything)."""
+        topo = self.topo
+        if not channels:
+            return []
+        nodes = set()
+        for ch in faulty:
+            nodes.update(topo.node_of[topo.ch_members[ch]].tolist())
+        node_mask = np.zeros(max(len(topo.node_names), 1), bool)
+        node_mask[[n for n in nodes if n >= 0]] = True
+        cand = np.asarray(channels, dtype=np.int64)
+        slot_hit = node_mask[np.maximum(topo.node_of[topo.slot_rank], 0)] & (topo.node_of[topo.slot_rank] >= 0)
+        ch_hit = np.zeros(topo.n_channels, bool)
+        ch_hit[np.unique(topo.slot_ch[slot_hit])] = True
+        return cand[ch_hit[cand]].tolist()
+
+    def _culprit_ev(self, cul: Culprit) -> dict[str, Any]:
+        topo = self.topo
+        ev: dict[str, Any] = {"places": [list(p) for p in cul.places[:16]], "ambiguous": cul.ambiguous}
+        cells = []
+        for ch in cul.channels:
+            if int(topo.ch_parent[ch]) >= 0:
+                a, b = topo.ch_members[ch].tolist()
+                cells.append({"src": a, "dst": b, "src_node": topo.node_name(a), "dst_node": topo.node_name(b)})
+        if cells:
+            ev["p2p_cells"] = cells[:64]
+        return ev
+
+    def _straggler_findings(self, now: float, roots: dict[int, Straggler], cands: dict[str, Finding]) -> None:
+        cfg, topo, late = self.cfg, self.topo, self.late
+        for r in list(self._rank_hot):
+            if r not in roots:
+                del self._rank_hot[r]
+        for r in roots:
+            self._rank_hot.setdefault(r, now)
+        if not roots:
+            return
+        confirmed = [r for r in roots if now - self._rank_hot[r] >= cfg.hold_s]
+        nodes, singles = self._node_groups(sorted(roots))
+        # a node already reported keeps every root on it (its ranks flicker in and out of the evidence)
+        active_nodes = {
+            n for n in range(len(topo.node_names)) if self._tracks.get(f"noncomm_slow:node:{topo.node_names[n]}")
+        }
+        for r in list(singles):
+            n = int(topo.node_of[r])
+            if n in active_nodes:
+                singles.remove(r)
+                nodes.setdefault(n, []).append(r)
+        groups: list[tuple[str, list[int], list[int]]] = []
+        for n, rs in nodes.items():
+            conf = [r for r in rs if r in confirmed]
+            total = len(topo.node_ranks().get(n, []))
+            if len(conf) >= max(2, cfg.node_share * total) or n in active_nodes:
+                groups.append(("node", sorted(rs), [n]))
+        groups += [("rank", [r], [int(topo.node_of[r])]) for r in singles if r in confirmed]
+        for level, rs, ns in groups:
+            w = min(0.95, max(self._imposed(r) for r in rs))
+            thr = max(roots[r].threshold for r in rs)
+            onset = (
+                float(np.nanmin([roots[r].onset for r in rs])) if any(not np.isnan(roots[r].onset) for r in rs) else now
+            )
+            ev_groups = []
+            for r in rs[:8]:
+                for s in roots[r].slots[:4]:
+                    ch = int(topo.slot_ch[s])
+                    lo, size = int(topo.ch_off[ch]), int(topo.ch_size[ch])
+                    lr = late.late_rate[lo : lo + size]
+                    top = np.argsort(-lr)[:4]
+                    ev_groups.append(
+                        {
+                            "group": topo.ch_name[ch],
+                            "desc": topo.ch_desc[ch],
+                            "rank": r,
+                            "seq_from": int(late.onset_seq[s]),
+                            "seq_to": int(self.prog.last_seq[ch]),
+                            "late_s_per_s": round(float(late.late_rate[s]), 4),
+                            "baseline_s_per_s": round(float(late.late_rate[s] - late.ex_late[s]), 4),
+                            "baseline_late_ms_per_op": round(1e3 * float(late.ref_lop[s]), 3),
+                            "in_collective_s_per_s": round(float(late.dur_rate[s]), 4),
+                            "lateness": {
+                                str(int(topo.ch_members[ch][i])): round(float(lr[i]), 4) for i in top.tolist()
+                            },
+                        }
+                    )
+            score = float(min(0.99, 0.5 + 0.5 * (1.0 - np.exp(-(w / max(thr, 1e-9) - 1.0)))))
+            base = self._base("noncomm_slow", level, rs, ns, None)
+            cands[base["key"]] = Finding(
+                **base,
+                score=round(score, 3),
+                slowdown=round(1.0 / (1.0 - w), 4),
+                first_seen=onset,
+                detected_at=now,
+                evidence={"groups": ev_groups, "window_s": 3 * cfg.bucket_s, "threshold_s_per_s": round(thr, 4)},
+            )
+
+    def _imposed(self, r: int) -> float:
+        """Seconds per second the rank's groups wait on it beyond normal, over all its groups."""
+        topo, late = self.topo, self.late
+        ptr, slots_of = topo.rank_slots()
+        mine = slots_of[ptr[r] : ptr[r + 1]]
+        ex = np.nan_to_num(late.ex_late[mine], nan=0.0)
+        return float(np.clip(ex, 0.0, None).sum())
+
+    def _comm_findings(self, now: float, slow: np.ndarray, healthy: np.ndarray, cands: dict[str, Finding]) -> None:
+        cfg, topo, xfer = self.cfg, self.topo, self.xfer
+        slow_ch = set(np.flatnonzero(slow).tolist())
+        for ch in list(self._ch_slow):
+            if ch not in slow_ch:
+                del self._ch_slow[ch]
+        for ch in slow_ch:
+            self._ch_slow.setdefault(ch, now)
+        confirmed = [ch for ch in slow_ch if now - self._ch_slow[ch] >= cfg.hold_s]
+        if not confirmed:
+            return
+        healthy_ch = self._near(confirmed, np.flatnonzero(healthy).tolist())
+        prefer = [
+            [tuple(p) for p in tr.finding.evidence.get("places", [])]
+            for tr in self._tracks.values()
+            if tr.finding.kind == "comm_slow"
+        ]
+        for cul in localise(topo, sorted(confirmed), healthy_ch, prefer=prefer):
+            # what it costs: per rank, the excess of its slow channels added up; the worst rank
+            per_rank: dict[int, float] = {}
+            for ch in cul.channels:
+                for r in topo.ch_members[ch].tolist():
+                    per_rank[r] = per_rank.get(r, 0.0) + max(0.0, float(xfer.ex_rate[ch]))
+            w = min(0.95, max(per_rank.values(), default=0.0))
+            if w < cfg.comm_min_effect:
+                continue
+            ev_ch = [
+                {
+                    "group": topo.ch_name[ch],
+                    "desc": topo.ch_desc[ch],
+                    "ratio": round(float(xfer.ratio[ch]), 3),
+                    "transfer_ms": round(1e3 * float(xfer.now_s[ch]), 3),
+                    "baseline_ms": round(1e3 * float(xfer.base_s[ch]), 3),
+                    "excess_s_per_s": round(float(xfer.ex_rate[ch]), 4),
+                    "seq_to": int(self.prog.last_seq[ch]),
+                }
+                for ch in cul.channels[:32]
+            ]
+            ev = {"slow_groups": ev_ch, "healthy_groups_compared": len(healthy_ch), **self._culprit_ev(cul)}
+            base = self._base("comm_slow", cul.level, cul.ranks, cul.nodes, cul.link)
+            score = 0.5 if cul.ambiguous else float(min(0.99, 0.6 + 0.1 * len(cul.channels)))
+            cands[base["key"]] = Finding(
+                **base,
+                score=round(score, 3),
+                slowdown=round(1.0 / (1.0 - w), 4),
+                first_seen=min(self._ch_slow[ch] for ch in cul.channels) - cfg.tau_s,
+                detected_at=now,
+                evidence=ev,
+            )

@@ -1,0 +1,447 @@
+"""Non-communication slowness: the rank the others keep waiting for, and how much it costs.
+
+Per slot (one rank in one group) the analysed blocks are added into time buckets of
+``bucket_s`` seconds (server time of the ops): how long the others waited for it (*lateness*),
+how long it spent inside the group's ops (*in-collective time*), and how many ops. A slot's rate
+is the **median over its three most recent non-empty buckets** of the per-op mean times the
+group's op rate: seconds per second of wall-clock, so lateness is directly the share w of time
+the group loses. The median makes it persistent by construction — a GC pause, a barrier after a
+checkpoint or one slow step lands in one bucket and moves nothing; a straggler is in all three.
+
+A slot is *hot* when its lateness exceeds what is normal for it — the lower of its own baseline
+(once learned) and, in a collective group, the group's lower median now — by at least
+``min_effect`` and by ``noise_k`` times its usual fluctuation.
+
+Lateness propagates: a rank that waited for a straggler in its tensor-parallel group arrives late
+at its data-parallel all-reduce. So a hot slot counts against its rank only if the rank did not,
+at the same time, spend about as much extra time inside another group's ops (waiting there, or
+in a slow transfer). What is left are the roots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rankwatch.detector.cells import CellStats
+from rankwatch.detector.config import DetectorConfig
+from rankwatch.detector.topology import Topology
+
+__all__ = ["LatenessTracker", "Straggler"]
+
+_K = 10  # buckets kept per slot
+_M = 5  # most recent non-empty buckets the median is taken over...
+_MIN_OPS = 8  # ...and at least this many ops in them
+
+
+@dataclass(slots=True)
+class Straggler:
+    """A rank whose own slowness holds others up, as seen at one evaluation."""
+
+    rank: int
+    excess: float  # seconds per second the others wait on it (its worst group)
+    threshold: float
+    slots: list[int] = field(default_factory=list)
+    onset: float = float("nan")
+
+
+def _median_taken(x: np.ndarray, cnt: np.ndarray) -> np.ndarray:
+    """Row medians of ``x`` whose first ``cnt`` sorted values are real (the rest are +inf); nan if none."""
+    xs = np.sort(x, axis=1)
+    rows = np.arange(x.shape[0])
+    lo = np.clip((cnt - 1) // 2, 0, x.shape[1] - 1)
+    hi = np.clip(cnt // 2, 0, x.shape[1] - 1)
+    med = 0.5 * (xs[rows, lo] + xs[rows, hi])
+    return np.where(cnt > 0, med, np.nan)
+
+
+def _grow(a: np.ndarray, n: int, fill: float) -> np.ndarray:
+    if a.shape[0] >= n:
+        return a
+    out = np.full((max(n, 2 * a.shape[0]), *a.shape[1:]), fill, a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+class LatenessTracker:
+    """Bucketed lateness per slot, baselines, and the roots they point to."""
+
+    _NAN = ("base_late", "base_dur", "noise", "level", "onset", "first_data")
+
+    def __init__(self, cfg: DetectorConfig) -> None:
+        self.cfg = cfg
+        self.n = 0
+        self.bl = np.zeros((0, _K), np.float32)  # lateness seconds per bucket
+        self.bd = np.zeros((0, _K), np.float32)  # in-collective seconds
+        self.bo = np.zeros((0, _K), np.float32)  # ops
+        self.bid = np.full(_K, -(2**62), np.int64)  # absolute bucket id held by each ring position
+        self.base_late = np.full(0, np.nan)
+        self.base_dur = np.full(0, np.nan)
+        self.noise = np.full(0, np.nan)  # usual fluctuation of the excess lateness (s/s)
+        self.level = np.full(0, np.nan)  # ...around this running level of it
+        self.onset = np.full(0, np.nan)
+        self.first_data = np.full(0, np.nan)
+        self.base_age = np.zeros(0)
+        self.noise_age = np.zeros(0)
+        self.ncells = np.zeros(0)
+        self.onset_seq = np.zeros(0, np.int64)
+        self.hot = np.zeros(0, bool)
+        self.busy = np.zeros(0, bool)
+        self.cusum = np.zeros(0)
+        self.newest = np.zeros(0, np.int64)
+        self.last_bid = np.zeros(0, np.int64)  # per slot: newest bucket id it has data in
+        self.ch_ops = np.zeros(0)  # per channel: decayed op count (rate = / ops_tau)
+        self.ch_t = float("nan")
+        # results of the last ``analyse``
+        self.late_rate = np.zeros(0)
+        self.ref_lop = np.zeros(0)
+        self.dur_rate = np.zeros(0)
+        self.ex_late = np.zeros(0)
+        self.ex_dur = np.zeros(0)
+        self.thr = np.zeros(0)
+
+    def reset(self) -> None:
+        self.__init__(self.cfg)  # type: ignore[misc]
+
+    def _ensure(self, n: int, n_ch: int) -> None:
+        self.ch_ops = _grow(self.ch_ops, n_ch, 0.0)
+        if n <= self.n:
+            return
+        for name in ("bl", "bd", "bo"):
+            setattr(self, name, _grow(getattr(self, name), n, 0.0))
+        for name in self._NAN:
+            setattr(self, name, _grow(getattr(self, name), n, np.nan))
+        self.base_age = _grow(self.base_age, n, 0.0)
+        self.noise_age = _grow(self.noise_age, n, 0.0)
+        self.ncells = _grow(self.ncells, n, 0.0)
+        self.onset_seq = _grow(self.onset_seq, n, 0)
+        self.hot = _grow(self.hot, n, False)
+        self.busy = _grow(self.busy, n, False)
+        self.cusum = _grow(self.cusum, n, 0.0)
+        self.newest = _grow(self.newest, n, -(2**62))
+        self.last_bid = _grow(self.last_bid, n, -(2**62))
+        self.n = n
+
+    def update(
+        self,
+        now: float,
+        st: CellStats,
+        seq_lo: np.ndarray,
+        n_slots: int,
+        n_ch: int,
+        topo_ch: np.ndarray | None = None,
+        topo_p2p: np.ndarray | None = None,
+    ) -> None:
+        """Add analysed blocks.
+
+        Args:
+            now: server time.
+            st: the blocks.
+            seq_lo: first sequence number of each row's block.
+            n_slots: slots in the topology.
+            n_ch: channels in the topology.
+            topo_ch: each row's channel.
+            topo_p2p: whether each row's channel is point-to-point.
+        """
+        cfg = self.cfg
+        self._ensure(n_slots, n_ch)
+        if not np.isnan(self.ch_t):
+            self.ch_ops[:n_ch] *= np.exp(-max(0.0, now - self.ch_t) / cfg.ops_tau_s)
+        self.ch_t = now
+        if len(st):
+            w = np.exp(-np.clip(now - st.c_t, 0.0, None) / cfg.ops_tau_s)
+            self.ch_ops[:n_ch] += np.bincount(st.c_ch, st.c_cnt * w, n_ch)
+        if not st.slot.shape[0]:
+            return
+        t = np.minimum(st.t, now)
+        ids = np.floor(t / cfg.bucket_s).astype(np.int64)
+        top = int(ids.max())
+        cur = int(self.bid.max())
+        for b in range(max(cur + 1, top - _K + 1), top + 1):
+            p = b % _K
+            for arr in (self.bl, self.bd, self.bo):
+                arr[:, p] = 0.0
+            self.bid[p] = b
+        pos = ids % _K
+        keep = self.bid[pos] == ids  # drop blocks older than the ring
+        if not keep.all():
+            st_slot, pos, ids = st.slot[keep], pos[keep], ids[keep]
+            late, dur, cnt = st.late[keep], st.dur[keep], st.cnt[keep]
+        else:
+            st_slot, late, dur, cnt = st.slot, st.late, st.dur, st.cnt
+        flat = st_slot * _K + pos
+        size = self.bl.shape[0] * _K
+        sparse = flat.shape[0] * 8 < size
+        for arr, x in ((self.bl, late), (self.bd, dur), (self.bo, cnt)):
+            if sparse:  # a big job: touch only the rows that came in
+                np.add.at(arr.reshape(-1), flat, x.astype(np.float32))
+            else:
+                arr.reshape(-1)[:] += np.bincount(flat, x, size).astype(np.float32)
+        self.bl.shape[0]
+        np.maximum.at(self.last_bid, st_slot, ids)
+        unseen = np.isnan(self.first_data[st.slot])
+        if unseen.any():
+            first = self.first_data
+            first[st.slot[unseen]] = np.inf
+            np.minimum.at(first, st.slot[unseen], st.t[unseen])
+        # each slot's usual time inside one op, learned block by block (a group that runs one op a
+        # second has too few in the bucket ring): drops are followed at once, rises slowly — a
+        # fault only ever adds time inside ops, and compilation or the first step must not stay
+        # in it. For ops that differ (a pipeline's microbatches) this is their lower envelope,
+        # which group-mates share. Nothing is learned while the rank is, or waits on, a suspect.
+        per_op = st.dur / np.maximum(st.cnt, 1.0)
+        learn = ~self.busy[st.slot] & (self.ncells[st.slot] >= 2)
+        if learn.any():
+            sl_, x = st.slot[learn], per_op[learn]
+            base = self.base_dur[sl_]
+            fresh = np.isnan(base)
+            d = np.where(fresh, 0.0, x - base)
+            # about ``baseline_tau_s`` worth of the group's ops (at least 50) make a baseline
+            rate = self.ch_ops[topo_ch[learn]] / cfg.ops_tau_s if topo_ch is not None else 0.0
+            span = np.maximum(50.0, rate * cfg.baseline_tau_s)
+            up = np.minimum(1.0, st.cnt[learn] / span)
+            a = np.where(d < 0, np.maximum(5.0 * up, 0.2), up)
+            new = np.where(fresh, x, base + np.minimum(a, 1.0) * d)
+            np.put(self.base_dur, sl_, new)  # several blocks of one slot: the last one stands
+        np.add.at(self.ncells, st.slot, 1.0)
+        # where a streak of being late starts: the earliest late block after a quiet spell
+        fl = np.flatnonzero(st.lateflag)
+        if fl.shape[0]:
+            order = fl[np.argsort(st.t[fl], kind="stable")]
+            slots, idx0 = np.unique(st.slot[order], return_index=True)
+            idx = order[idx0]
+            quiet = ~self.hot[slots] | np.isnan(self.onset[slots])
+            self.onset[slots[quiet]] = st.t[idx[quiet]]
+            self.onset_seq[slots[quiet]] = seq_lo[idx[quiet]]
+
+    def _recent(self, now: float, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per slot: median per-op lateness and time inside over its recent buckets, and their count."""
+        cfg = self.cfg
+        ml = np.full(n, np.nan)
+        md = np.full(n, np.nan)
+        cnt = np.zeros(n, np.int64)
+        order = np.argsort(-self.bid)  # ring positions, newest first
+        fresh = self.bid[order] * cfg.bucket_s >= now - cfg.bucket_s * _K - cfg.stale_s
+        order = order[fresh]
+        if not order.shape[0]:
+            return ml, md, cnt
+        # only slots with data in the ring (most slots of a big job's default group are idle)
+        active = np.flatnonzero(self.last_bid[:n] >= self.bid[order].min())
+        ops = np.take(self.bo[active], order, axis=1)
+        has = ops > 0
+        # the newest non-empty buckets, at least _M of them and at least _MIN_OPS ops (a group
+        # that runs an op a second is judged over several of its steps, not over one)
+        before_b: np.ndarray = np.cumsum(has, axis=1) - has
+        before_o = np.cumsum(ops, axis=1) - ops
+        take = has & ((before_b < _M) | (before_o < _MIN_OPS))
+        c = take.sum(axis=1)
+        safe = np.where(has, ops, np.float32(1.0))
+        inf = np.float32(np.inf)
+        ml[active] = _median_taken(np.where(take, np.take(self.bl[active], order, axis=1) / safe, inf), c)
+        md[active] = _median_taken(np.where(take, np.take(self.bd[active], order, axis=1) / safe, inf), c)
+        cnt[active] = c
+        return ml, md, cnt
+
+    def analyse(
+        self,
+        now: float,
+        dt: float,
+        topo: Topology,
+        keep: set[int],
+        frozen_ch: np.ndarray | None = None,
+        ch_excess: np.ndarray | None = None,
+    ) -> dict[int, Straggler]:
+        """Hot slots, baselines moved on, and the ranks at the root of what is hot.
+
+        Args:
+            now: server time.
+            dt: seconds since the previous call.
+            topo: the job's topology.
+            keep: ranks already reported: they stay hot on weaker evidence (hysteresis).
+            frozen_ch: channels whose transfers look slow: their slots' baselines must not learn.
+            ch_excess: per channel, seconds per second its slow transfers cost (what they can explain).
+        """
+        cfg = self.cfg
+        n = topo.n_slots
+        self._ensure(n, topo.n_channels)
+        ops_rate = self.ch_ops[: topo.n_channels] / cfg.ops_tau_s
+        rate = ops_rate[topo.slot_ch]
+        ml, md, nb = self._recent(now, n)  # per op: median lateness and time inside
+        has = nb >= _M
+        collective = topo.ch_parent[topo.slot_ch] < 0
+        med_lop = self._lower_median(np.nan_to_num(ml, nan=np.inf), topo)
+        sl = slice(0, n)
+        warm = self.base_age[sl] >= cfg.baseline_warm_s
+        # normal lateness per op: its own baseline, or (collectives) the group's lower median now
+        ref_lop = np.fmin(
+            np.where(warm, self.base_late[sl], np.nan), np.where(collective & np.isfinite(med_lop), med_lop, np.nan)
+        )
+        self.ref_lop = ref_lop
+        late = ml * rate  # seconds per second
+        dur = md * rate
+        ex_late = (ml - ref_lop) * rate
+        ex_dur = (md - self.base_dur[sl]) * rate
+        # one rank's own fluctuation counts at most ``noise_cap_k`` times its group's usual one (the
+        # lower median of the members'): a rank that is erratic, or late, from the start must not
+        # set its own yardstick
+        noise = self.noise[sl]
+        g_noise = self._lower_median(np.nan_to_num(noise, nan=np.inf), topo)
+        cap = cfg.noise_cap_k * np.fmax(g_noise, cfg.min_effect / cfg.noise_k)
+        noise = np.where(collective & np.isfinite(g_noise), np.fmin(noise, cap), noise)
+        # the excess in units of the slot's usual fluctuation (never finer than the effect that matters):
+        # its own, learned over time, and its group's now (the lower median of the members' excess,
+        # which a straggler or a slow half of the group does not raise)
+        cross = self._lower_median(np.nan_to_num(np.abs(ex_late), nan=np.inf), topo)
+        cross = np.where(collective & np.isfinite(cross), cross, 0.0)
+        floor = cfg.min_effect / cfg.noise_k
+        scale = np.fmax(np.fmax(floor, np.nan_to_num(noise, nan=0.0)), cross)
+        scale = np.where(self.noise_age[sl] < cfg.noise_warm_s, np.fmax(scale, 2 * floor), scale)
+        scale = np.where(collective, scale, cfg.p2p_k * scale)
+        thr = cfg.noise_k * scale
+        z = np.nan_to_num(ex_late / scale, nan=0.0)
+        # a slot is judged once it has history: start-up and the first steps are not faults
+        mature = has & (self.ncells[sl] >= cfg.warm_cells) & (now - self.first_data[sl] >= cfg.baseline_warm_s)
+        # sequential test (CUSUM): evidence adds up while the excess stays above half the threshold,
+        # so a large fault is named at once and a mild one in a noisy group takes longer
+        # evidence counts once: a slot adds only as much time as it has new buckets since last time
+        has_ops = self.bo[:n] > 0
+        newest = np.where(has_ops.any(axis=1), np.max(np.where(has_ops, self.bid[None, :], -(2**62)), axis=1), -(2**62))
+        prev = self.newest[:n]
+        fresh_s = np.where(prev > -(2**61), (newest - prev) * cfg.bucket_s, dt)
+        dt_eff = np.clip(fresh_s, 0.0, dt)
+        self.newest[:n] = newest
+        k = 0.5 * cfg.noise_k
+        cs = self.cusum[sl]
+        cs[:] = np.where(mature, np.clip(cs + dt_eff * (np.minimum(z, 4 * cfg.noise_k) - k), 0.0, 3 * cfg.cusum_h), 0.0)
+        kept = np.zeros(n, bool)
+        if keep:
+            kept = np.isin(topo.slot_rank, np.fromiter(keep, np.int64, len(keep)))
+        on = (cs >= cfg.cusum_h) & (ex_late >= thr)
+        stay = kept & (cs > 0) & (ex_late >= 0.5 * thr)
+        hot = mature & np.nan_to_num(on | stay, nan=False).astype(bool)
+        self.hot[sl] = hot
+        # baselines learn only from slots that look normal, once past the first blocks
+        calm = (
+            has
+            & ~hot
+            & (cs == 0)
+            & ~(np.nan_to_num(ex_late, nan=0.0) >= thr)
+            & (self.ncells[sl] >= cfg.warm_cells // 2)
+        )
+        calm &= now - self.first_data[sl] >= 2 * cfg.ops_tau_s  # op rates settled
+        # nothing a rank does while it is (or waits on) a suspect is normal: freeze all its baselines
+        busy = (cs > 0) | hot
+        if frozen_ch is not None and frozen_ch.shape[0]:
+            busy |= frozen_ch[topo.slot_ch]
+        busy_rank = np.zeros(topo.world, bool)
+        busy_rank[topo.slot_rank[busy]] = True
+        self.busy[sl] = busy_rank[topo.slot_rank]
+        calm &= ~self.busy[sl]
+        age = self.base_age[sl]
+        a = np.where(age < cfg.baseline_warm_s, dt / np.maximum(age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
+        # faults only ever add lateness and time inside ops: a baseline follows a drop five times
+        # faster than a rise, so a slow start (compilation, the first step) does not stay in it
+        for base, x in ((self.base_late[sl], ml),):
+            ok = calm & np.isfinite(x)
+            fresh = ok & np.isnan(base)
+            base[fresh] = x[fresh]
+            upd = ok & ~fresh
+            d = x[upd] - base[upd]
+            base[upd] += np.minimum(1.0, np.where(d < 0, 5.0, 1.0) * a[upd]) * d
+        age[calm] += dt
+        # the usual fluctuation of the excess: its spread around the slot's own running level (an
+        # exponentially weighted mean and variance), learned from every judged sample but hot ones
+        # (learning only from calm samples would never see the fluctuations that matter), outliers
+        # clipped. Around the level, not the root mean square of the excess itself: a rank that is
+        # slow from (near) the start has a large, steady excess, and that offset is the very thing
+        # to find — counted as fluctuation it would become its own yardstick and never stand out.
+        nz, lv, n_age = self.noise[sl], self.level[sl], self.noise_age[sl]
+        ok = has & ~hot & np.isfinite(ex_late) & (self.ncells[sl] >= cfg.warm_cells // 2)
+        ok &= now - self.first_data[sl] >= 2 * cfg.ops_tau_s
+        first = ok & np.isnan(nz)
+        lv[first] = ex_late[first]
+        nz[first] = 0.0
+        upd = ok & ~first
+        an = np.where(n_age < cfg.noise_warm_s, dt / np.maximum(n_age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
+        d = np.clip(ex_late[upd] - lv[upd], -3.0 * thr[upd], 3.0 * thr[upd])
+        au = an[upd]
+        lv[upd] += au * d
+        nz[upd] = np.sqrt((1.0 - au) * (nz[upd] ** 2 + au * d * d))
+        n_age[ok] += dt
+        self.late_rate, self.dur_rate, self.ex_late, self.ex_dur = late, dur, ex_late, ex_dur
+        self.thr = thr
+        return self._roots(hot, topo, frozen_ch, ch_excess)
+
+    def _lower_median(self, x: np.ndarray, topo: Topology) -> np.ndarray:
+        """Per slot: the lower median of ``x`` over its channel's members."""
+        if not x.shape[0]:
+            return x
+        order = np.lexsort((x, topo.slot_ch))
+        pos = topo.ch_off + (topo.ch_size - 1) // 2
+        med = x[order][pos]
+        return med[topo.slot_ch]
+
+    def _window(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per slot: lateness, time inside and ops summed over all kept buckets (the same for all)."""
+        order = np.argsort(-self.bid)
+        return (
+            self.bl[:n][:, order].sum(axis=1, dtype=np.float64),
+            self.bd[:n][:, order].sum(axis=1, dtype=np.float64),
+            self.bo[:n][:, order].sum(axis=1, dtype=np.float64),
+        )
+
+    def _roots(
+        self, hot: np.ndarray, topo: Topology, frozen_ch: np.ndarray | None, ch_excess: np.ndarray | None = None
+    ) -> dict[int, Straggler]:
+        cand = np.flatnonzero(hot)
+        if not cand.shape[0]:
+            return {}
+        ptr, slots_of = topo.rank_slots()
+        n = topo.n_slots
+        wl, wd, wo = self._window(n)
+        # seconds inside ops beyond each slot's own per-op baseline, over one common recent window
+        extra = np.clip(np.nan_to_num(wd - self.base_dur[:n] * wo, nan=0.0), 0.0, None)
+        total = np.bincount(topo.slot_rank, extra, topo.world)
+        elsewhere = total[topo.slot_rank] - extra  # per slot: its rank's extra inside other groups' ops
+        # ...compared with what the other members of the same group spent elsewhere at the same time:
+        # ranks that all waited on the same upstream delay are equals; the one that is later still is not
+        rel = elsewhere - self._lower_median(elsewhere, topo)
+        # collective groups that cross nodes: where a straggler (or a slow node) shows as lateness
+        cross = topo.ch_cross_node()[topo.slot_ch] & (topo.ch_parent[topo.slot_ch] < 0)
+        hot_in_ch = np.bincount(topo.slot_ch, hot.astype(np.float64), topo.n_channels)
+        out: dict[int, Straggler] = {}
+        for s in cand.tolist():
+            r = int(topo.slot_rank[s])
+            mine = slots_of[ptr[r] : ptr[r + 1]]
+            if topo.ch_parent[topo.slot_ch[s]] >= 0 and cross[mine].any():
+                continue  # pipeline waits follow the schedule; a straggler also shows in its groups
+            if frozen_ch is not None and frozen_ch.shape[0]:
+                slow_mine = topo.slot_ch[mine][frozen_ch[topo.slot_ch[mine]]]
+                if slow_mine.shape[0]:
+                    # its transfers are slow: that is the suspect, its lateness follows from it — as far
+                    # as they cost enough to explain it (a straggler's group-mates idle while it is late,
+                    # and on a busy host their next transfer starts a little slower: that explains nothing)
+                    if ch_excess is None or float(ch_excess[slow_mine].sum()) >= self.cfg.explain_k * float(
+                        self.ex_late[s] if np.isfinite(self.ex_late[s]) else 0.0
+                    ):
+                        continue
+            late_s = float(wl[s] - np.nan_to_num(self.ref_lop[s]) * wo[s])
+            # a victim spends its lateness inside other ops (waiting, or in slow transfers);
+            # a straggler spends it outside any op
+            if float(rel[s]) >= self.cfg.explain_k * late_s or float(elsewhere[s]) >= 1.5 * late_s:
+                continue
+            # ...or it waited, in another group, for a member that is late there itself
+            others = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & ~hot[mine]]
+            waited = others[(hot_in_ch[topo.slot_ch[others]] > 0) & (extra[others] > 0.2 * late_s)]
+            if waited.shape[0]:
+                continue
+            ex = float(self.ex_late[s])
+            got = out.get(r)
+            if got is None:
+                got = out[r] = Straggler(rank=r, excess=ex, threshold=float(self.thr[s]), onset=float(self.onset[s]))
+            elif ex > got.excess:
+                got.excess, got.threshold = ex, float(self.thr[s])
+            got.onset = float(np.fmin(got.onset, self.onset[s]))
+            got.slots.append(s)
+        return out

@@ -1,0 +1,325 @@
+"""Who is where: ranks, nodes, groups, and the places each group's transfers go through.
+
+Every group becomes a *channel* whose members occupy consecutive *slots* (one per member, in
+group-rank order), so per-member state lives in flat numpy arrays indexed by slot and per-group
+reductions are ``reduceat`` over contiguous ranges. Point-to-point traffic becomes one two-slot
+channel per (group, sender, receiver): slot 0 is the sender, slot 1 the receiver, and the
+``k``-th send meets the ``k``-th receive, exactly like a two-member collective.
+
+For localisation each channel *uses* places: the ring its transfers take in group-rank order
+crosses, for every pair of neighbours on different nodes, both ranks' NICs (``rnic``), both nodes'
+networks (``nic``) and the link between the two nodes; for neighbours on one node, both GPUs'
+NVLink (``rnvl``) and the node's fabric (``nvl``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from rankwatch.wire import runs_to_ranks
+
+__all__ = ["PLACE_LEVEL", "Place", "Topology"]
+
+Place = tuple[Any, ...]
+"""``("rnic", rank)``, ``("rnvl", rank)``, ``("nic", node)``, ``("nvl", node)``, ``("link", node_a, node_b)``."""
+
+PLACE_LEVEL = {"rnic": "rank", "rnvl": "rank", "nic": "node", "nvl": "node", "link": "link"}
+
+
+class _Grow:
+    """A numpy array that doubles when it fills."""
+
+    def __init__(self, dtype: Any, fill: Any = 0) -> None:
+        self.a = np.full(64, fill, dtype=dtype)
+        self.n = 0
+        self.fill = fill
+
+    def extend(self, values: np.ndarray) -> None:
+        k = values.shape[0]
+        if self.n + k > self.a.shape[0]:
+            new = np.full(max(2 * self.a.shape[0], self.n + k), self.fill, dtype=self.a.dtype)
+            new[: self.n] = self.a[: self.n]
+            self.a = new
+        self.a[self.n : self.n + k] = values
+        self.n += k
+
+    @property
+    def v(self) -> np.ndarray:
+        return self.a[: self.n]
+
+
+class Topology:
+    """Ranks, nodes and channels of one job, growing as batches name them."""
+
+    def __init__(self) -> None:
+        self.world = 0
+        self.node_of = np.full(0, -1, np.int64)  # node index per rank
+        self.node_names: list[str] = []
+        self._node_index: dict[str, int] = {}
+        self.channel_id: dict[str, int] = {}
+        self.ch_name: list[str] = []
+        self.ch_desc: list[str] = []
+        self.ch_members: list[np.ndarray] = []
+        self._ch_size = _Grow(np.int64)
+        self._ch_off = _Grow(np.int64)
+        self._ch_block = _Grow(np.int64)
+        self._ch_parent = _Grow(np.int64, -1)
+        self._slot_rank = _Grow(np.int64)
+        self._slot_ch = _Grow(np.int64)
+        self._grank: list[dict[int, int] | None] = []
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._p2p: dict[tuple[int, int, int], int] = {}
+        self._places: dict[int, frozenset[Place]] = {}
+        self._rank_slots: tuple[np.ndarray, np.ndarray] | None = None
+        self._slot_index: tuple[np.ndarray, np.ndarray] | None = None
+        self._p2p_keys = np.zeros(0, np.int64)
+        self._p2p_vals = np.zeros(0, np.int64)
+        self.version = 0
+
+    # -- sizes -------------------------------------------------------------------------------------
+    @property
+    def n_channels(self) -> int:
+        return self._ch_size.n
+
+    @property
+    def n_slots(self) -> int:
+        return self._slot_rank.n
+
+    @property
+    def ch_size(self) -> np.ndarray:
+        return self._ch_size.v
+
+    @property
+    def ch_off(self) -> np.ndarray:
+        return self._ch_off.v
+
+    @property
+    def ch_block(self) -> np.ndarray:
+        return self._ch_block.v
+
+    @property
+    def ch_parent(self) -> np.ndarray:
+        return self._ch_parent.v
+
+    @property
+    def slot_rank(self) -> np.ndarray:
+        return self._slot_rank.v
+
+    @property
+    def slot_ch(self) -> np.ndarray:
+        return self._slot_ch.v
+
+    # -- ranks and nodes ---------------------------------------------------------------------------
+    def ensure_world(self, world: int) -> None:
+        if world > self.world:
+            grown = np.full(world, -1, np.int64)
+            grown[: self.world] = self.node_of
+            self.node_of = grown
+            self.world = world
+
+    def set_node(self, rank: int, name: str) -> None:
+        idx = self._node_index.get(name)
+        if idx is None:
+            idx = self._node_index[name] = len(self.node_names)
+            self.node_names.append(name)
+        if self.node_of[rank] != idx:
+            self.node_of[rank] = idx
+            self._places.clear()
+
+    def node_name(self, rank: int) -> str:
+        i = int(self.node_of[rank]) if 0 <= rank < self.world else -1
+        return self.node_names[i] if i >= 0 else f"rank{rank}"
+
+    def node_ranks(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for r, n in enumerate(self.node_of.tolist()):
+            if n >= 0:
+                out.setdefault(n, []).append(r)
+        return out
+
+    # -- channels ----------------------------------------------------------------------------------
+    def _add_channel(self, name: str, desc: str, members: np.ndarray, parent: int = -1, block: int = 0) -> int:
+        ch = self.n_channels
+        self.channel_id[name] = ch
+        self.ch_name.append(name)
+        self.ch_desc.append(desc)
+        self.ch_members.append(members)
+        self._grank.append(None)
+        self._ch_size.extend(np.array([members.shape[0]]))
+        self._ch_off.extend(np.array([self.n_slots]))
+        self._ch_block.extend(np.array([block]))
+        self._ch_parent.extend(np.array([parent]))
+        self._slot_rank.extend(members)
+        self._slot_ch.extend(np.full(members.shape[0], ch, np.int64))
+        self._rank_slots = None
+        self._slot_index = None
+        self.version += 1
+        return ch
+
+    def register_groups(self, entries: list[dict[str, Any]], rank: int) -> np.ndarray:
+        """Channel index of each group entry of one rank's header (-1 while membership is unknown)."""
+        out = np.full(len(entries), -1, np.int64)
+        for i, e in enumerate(entries):
+            gid = e.get("id")
+            if not isinstance(gid, str):
+                continue
+            ch = self.channel_id.get(gid)
+            if ch is None:
+                ch = self._register(gid, e, rank)
+            out[i] = -1 if ch is None else ch
+        return out
+
+    def _register(self, gid: str, e: dict[str, Any], rank: int) -> int | None:
+        runs = e.get("ranks")
+        if runs:
+            members = np.asarray(runs_to_ranks(runs), dtype=np.int64)
+            if members.size and int(members.max()) < max(self.world, 1) and len(set(members.tolist())) == members.size:
+                return self._add_channel(gid, str(e.get("desc", "")), members)
+            return None
+        # membership not sent: learn it from who reports the group, and where
+        size, grank = e.get("size"), e.get("group_rank")
+        if not isinstance(size, int) or not isinstance(grank, int) or not 0 <= grank < size:
+            return None
+        pend = self._pending.setdefault(gid, {"size": size, "members": {}})
+        pend["members"][grank] = rank
+        if len(pend["members"]) == size:
+            del self._pending[gid]
+            members = np.array([pend["members"][k] for k in range(size)], dtype=np.int64)
+            return self._add_channel(gid, str(e.get("desc", "")), members)
+        return None
+
+    def slot_of(self, ch: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+        """Slot of each (channel, global rank) pair; -1 where the rank is not a member."""
+        if self._slot_index is None:
+            key = self.slot_ch * (1 << 32) + self.slot_rank
+            order = np.argsort(key, kind="stable")
+            self._slot_index = (key[order], order)
+        keys, order = self._slot_index
+        ok = ch >= 0
+        want = np.where(ok, ch, 0).astype(np.int64) * (1 << 32) + ranks.astype(np.int64)
+        pos = np.minimum(np.searchsorted(keys, want), max(0, keys.shape[0] - 1))
+        hit = ok & (keys.shape[0] > 0) & (keys[pos] == want) if keys.shape[0] else np.zeros(ch.shape[0], bool)
+        return np.where(hit, order[pos] if keys.shape[0] else -1, -1)
+
+    def group_rank(self, ch: int, ranks: np.ndarray) -> np.ndarray:
+        """Position of each global rank in channel ``ch`` (-1 if not a member)."""
+        m = self._grank[ch]
+        if m is None:
+            m = self._grank[ch] = {int(r): i for i, r in enumerate(self.ch_members[ch].tolist())}
+        return np.fromiter((m.get(int(r), -1) for r in ranks), dtype=np.int64, count=len(ranks))
+
+    def p2p_channels(self, parent: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Channel of each (group, sender group rank, receiver group rank) point-to-point pair."""
+        out = np.full(parent.shape[0], -1, np.int64)
+        if not parent.shape[0]:
+            return out
+        key = (parent.astype(np.int64) << 40) | (src.astype(np.int64) << 20) | dst.astype(np.int64)
+        if self._p2p_keys.shape[0]:
+            pos = np.minimum(np.searchsorted(self._p2p_keys, key), self._p2p_keys.shape[0] - 1)
+            found = self._p2p_keys[pos] == key
+            if found.all():
+                return self._p2p_vals[pos]
+        uniq, inv = np.unique(key, return_inverse=True)
+        chans = np.empty(uniq.shape[0], np.int64)
+        added = False
+        for i, k in enumerate(uniq.tolist()):
+            p, a, b = k >> 40, (k >> 20) & 0xFFFFF, k & 0xFFFFF
+            ch = self._p2p.get((p, a, b))
+            if ch is None:
+                members = self.ch_members[p]
+                if not (0 <= a < members.shape[0] and 0 <= b < members.shape[0]) or a == b:
+                    chans[i] = -1
+                    continue
+                ch = self._add_channel(
+                    f"{self.ch_name[p]}:{a}>{b}",
+                    "p2p",
+                    np.array([members[a], members[b]], dtype=np.int64),
+                    parent=p,
+                    block=0,
+                )
+                self._p2p[(p, a, b)] = ch
+                added = True
+            chans[i] = ch
+        if added:
+            items = sorted(((p << 40) | (a << 20) | b, c) for (p, a, b), c in self._p2p.items())
+            self._p2p_keys = np.array([k for k, _ in items], np.int64)
+            self._p2p_vals = np.array([c for _, c in items], np.int64)
+        return chans[inv]
+
+    def ch_cross_node(self) -> np.ndarray:
+        """Per channel: whether its members sit on more than one node."""
+        n = self.slot_rank.shape[0]
+        if not n:
+            return np.zeros(self.n_channels, bool)
+        node = self.node_of[self.slot_rank]
+        lo = np.minimum.reduceat(node, self.ch_off) if self.n_channels else node[:0]
+        hi = np.maximum.reduceat(node, self.ch_off) if self.n_channels else node[:0]
+        return lo != hi
+
+    def set_block(self, ch: np.ndarray, block: np.ndarray) -> None:
+        self._ch_block.a[ch] = block
+
+    def slots_of_ranks(self, ranks: np.ndarray) -> np.ndarray:
+        """All slots of the given ranks, concatenated."""
+        ptr, slots = self.rank_slots()
+        r = np.asarray(ranks, dtype=np.int64)
+        r = r[(r >= 0) & (r < self.world)]
+        lo, hi = ptr[r], ptr[r + 1]
+        n = hi - lo
+        if not n.sum():
+            return np.zeros(0, np.int64)
+        idx = np.repeat(lo - np.r_[0, np.cumsum(n)[:-1]], n) + np.arange(int(n.sum()))
+        return slots[idx]
+
+    def rank_slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """CSR of slots per rank: ``slots[ptr[r]:ptr[r+1]]`` are rank r's slots."""
+        if self._rank_slots is None or self._rank_slots[0].shape[0] != self.world + 1:
+            order = np.argsort(self.slot_rank, kind="stable")
+            ptr = np.searchsorted(self.slot_rank[order], np.arange(self.world + 1))
+            self._rank_slots = (ptr, order)
+        return self._rank_slots
+
+    # -- places ------------------------------------------------------------------------------------
+    def places(self, ch: int) -> frozenset[Place]:
+        """The places channel ``ch``'s transfers go through."""
+        got = self._places.get(ch)
+        if got is not None:
+            return got
+        m = self.ch_members[ch]
+        if m.shape[0] < 2:
+            edges = np.zeros((0, 2), np.int64)
+        elif m.shape[0] == 2:
+            edges = m[None, :]
+        else:
+            edges = np.stack([m, np.roll(m, -1)], axis=1)
+        na = self.node_of[edges[:, 0]] if edges.size else np.zeros(0, np.int64)
+        nb = self.node_of[edges[:, 1]] if edges.size else np.zeros(0, np.int64)
+        out: set[Place] = set()
+        for (a, b), x, y in zip(edges.tolist(), na.tolist(), nb.tolist(), strict=True):
+            if x < 0 or y < 0:
+                continue
+            if x != y:
+                out.update({("rnic", a), ("rnic", b), ("nic", x), ("nic", y), ("link", min(x, y), max(x, y))})
+            else:
+                out.update({("rnvl", a), ("rnvl", b), ("nvl", x)})
+        fs = frozenset(out)
+        self._places[ch] = fs
+        return fs
+
+    def place_ranks(self, place: Place) -> list[int]:
+        kind = place[0]
+        if kind in ("rnic", "rnvl"):
+            return [int(place[1])]
+        if kind in ("nic", "nvl"):
+            return np.flatnonzero(self.node_of == place[1]).tolist()
+        return []
+
+    def place_nodes(self, place: Place) -> list[int]:
+        kind = place[0]
+        if kind in ("rnic", "rnvl"):
+            return [int(self.node_of[place[1]])]
+        if kind in ("nic", "nvl"):
+            return [int(place[1])]
+        return [int(place[1]), int(place[2])]

@@ -1,0 +1,45 @@
+"""Helpers: run a small simulated job through a fresh detector."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from rankwatch.detector import DetectorConfig
+from rankwatch.detector.evaluate import ScenarioResult, run_scenario
+from rankwatch.sim import PROFILES, Fault, Layout, Scenario, Workload
+
+Run = Callable[..., ScenarioResult]
+
+
+@pytest.fixture
+def run() -> Run:
+    def _run(
+        layout: Layout,
+        *faults: Fault,
+        rate: float = 100.0,
+        profile: str = "quiet",
+        duration: float = 45.0,
+        seed: int = 1,
+        config: DetectorConfig | None = None,
+        **kw: Any,
+    ) -> ScenarioResult:
+        sc = Scenario(
+            name="test",
+            layout=layout,
+            workload=Workload.for_rate(rate, layout),
+            profile=PROFILES[profile],
+            faults=faults,
+            duration=duration,
+            seed=seed,
+            **kw,
+        )
+        return run_scenario(sc, config, keep_findings=True)
+
+    return _run
+
+
+def keys(res: ScenarioResult) -> set[str]:
+    return {r.key for r in res.reported}

@@ -1,0 +1,50 @@
+"""Ordinary irregularity is not a fault; finished jobs are not dead; suspects go when evidence goes."""
+
+from __future__ import annotations
+
+import pytest
+
+from rankwatch.detector import JobDetector
+from rankwatch.sim import Fault, Layout, Scenario, Workload, deliveries
+
+LAY = Layout(tp=4, pp=1, dp=4)
+PIPE = Layout(tp=8, pp=2, dp=2)
+
+
+@pytest.mark.parametrize(
+    ("layout", "profile"),
+    [(LAY, "gc"), (LAY, "data"), (PIPE, "checkpoint"), (PIPE, "first_step"), (LAY, "everything")],
+)
+def test_no_suspect_on_a_healthy_job(run, layout: Layout, profile: str) -> None:  # type: ignore[no-untyped-def]
+    res = run(layout, profile=profile, duration=60.0)
+    assert res.reported == []
+
+
+def test_finished_job_is_not_dead(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(LAY, duration=30.0, goodbye=True)
+    assert res.reported == []
+
+
+def test_suspect_resolves_when_the_straggler_recovers(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(LAY, Fault("slow_compute", "rank", ranks=(3,), factor=1.5, onset=15.0, duration=12.0), duration=50.0)
+    assert [r.key for r in res.reported] == ["noncomm_slow:rank:3"]
+    assert res.resolved == [True]
+    assert res.reported[0].last < 15.0 + 12.0 + 12.0
+
+
+def test_dead_rank_resolves_when_it_talks_again() -> None:
+    sc = Scenario("r", layout=LAY, workload=Workload.for_rate(100, LAY), duration=25.0)
+    det = JobDetector()
+    batches = list(deliveries(sc))
+    t = 1.0
+    for d in batches:
+        if d.batch.header["rank"] == 5 and 8.0 < d.received_at < 18.0:
+            continue  # rank 5 silent for ten seconds (a SIGSTOP, then SIGCONT)
+        while d.received_at > t:
+            found = {f.key for f in det.evaluate(t)}
+            if 16.0 < t < 18.0:
+                assert "rank_dead:rank:5" in found
+            if t > 18.0 + det.cfg.release_s + 1:
+                assert "rank_dead:rank:5" not in found
+            t += 1.0
+        det.observe(d.batch, d.received_at)

@@ -1,0 +1,104 @@
+"""Each fault kind, at each level, named right; nothing else named."""
+
+from __future__ import annotations
+
+from rankwatch.sim import Fault, Layout
+
+TP4DP4 = Layout(tp=4, pp=1, dp=4)  # 16 ranks on 2 nodes: every data-parallel group is half on each
+TP8PP2DP2 = Layout(tp=8, pp=2, dp=2)  # 32 ranks on 4 nodes: pipeline links between node pairs
+
+
+def _only(res, key: str) -> None:  # type: ignore[no-untyped-def]
+    got = {r.key for r in res.reported}
+    assert got == {key}, got
+    assert all(lat is not None for lat in res.latency)
+
+
+def test_straggler_rank(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(TP4DP4, Fault("slow_compute", "rank", ranks=(6,), factor=1.5, onset=20.0))
+    _only(res, "noncomm_slow:rank:6")
+    assert res.latency[0] < 6.0
+    f = res.findings_sample[0]
+    assert f["slowdown"] > 1.05 and 0 < f["score"] <= 1
+    assert f["evidence"]["groups"] and f["evidence"]["groups"][0]["late_s_per_s"] > 0
+
+
+def test_slow_node_when_half_of_every_group_is_slow(run) -> None:  # type: ignore[no-untyped-def]
+    # node 1 holds half of each data-parallel group: a median-based lateness would halve it
+    res = run(TP4DP4, Fault("slow_compute", "node", nodes=(1,), factor=1.3, onset=20.0))
+    _only(res, "noncomm_slow:node:node00001")
+
+
+def test_one_slow_gpu_on_a_node_is_the_gpu(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(TP8PP2DP2, Fault("slow_compute", "rank", ranks=(21,), factor=1.5, onset=20.0))
+    _only(res, "noncomm_slow:rank:21")
+
+
+def test_slow_link(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(TP8PP2DP2, Fault("slow_comm", "link", nodes=(1, 3), factor=4.0, onset=20.0))
+    _only(res, "comm_slow:link:node00001|node00003")
+    ev = res.findings_sample[0]["evidence"]
+    assert ev["p2p_cells"] and ev["slow_groups"][0]["ratio"] > 1.1
+
+
+def test_slow_nic_is_the_node(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(TP8PP2DP2, Fault("slow_comm", "nic", nodes=(2,), factor=3.0, onset=20.0))
+    _only(res, "comm_slow:node:node00002")
+
+
+def test_slow_gpu_nic_is_the_rank(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(TP8PP2DP2, Fault("slow_comm", "rnic", ranks=(5,), factor=3.0, onset=20.0))
+    _only(res, "comm_slow:rank:5")
+
+
+def test_noncomm_hang_names_the_rank_that_never_entered(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(TP4DP4, Fault("hang_compute", "rank", ranks=(9,), onset=20.0), duration=40.0)
+    _only(res, "noncomm_hang:rank:9")
+    assert res.latency[0] < 15.0
+    f = res.findings_sample[0]
+    assert f["slowdown"] is None and "next(loader_iter)" in f["evidence"]["stack"]["9"]
+    assert 9 in f["flight_recorder_ranks"] and len(f["flight_recorder_ranks"]) >= 4
+
+
+def test_comm_hang_on_a_link(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(TP8PP2DP2, Fault("hang_comm", "link", nodes=(0, 2), onset=20.0), duration=40.0)
+    _only(res, "comm_hang:link:node00000|node00002")
+    assert res.latency[0] < 15.0
+    assert res.findings_sample[0]["flight_recorder_ranks"]
+
+
+def test_comm_hang_on_nvlink_is_the_node(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(TP8PP2DP2, Fault("hang_comm", "nvl", nodes=(3,), onset=20.0), duration=40.0)
+    _only(res, "comm_hang:node:node00003")
+
+
+def test_sigstopped_rank_is_dead(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(TP4DP4, Fault("stop", "rank", ranks=(4,), onset=20.0), duration=40.0)
+    _only(res, "rank_dead:rank:4")
+
+
+def test_whole_node_stopped_is_the_node(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(TP8PP2DP2, Fault("stop", "node", nodes=(1,), onset=20.0), duration=40.0)
+    _only(res, "rank_dead:node:node00001")
+
+
+def test_crash_cascade_names_the_first_casualty(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(TP4DP4, Fault("crash", "rank", ranks=(11,), onset=20.0, kill_after=1.0), duration=40.0)
+    _only(res, "rank_dead:rank:11")
+    ev = res.findings_sample[0]["evidence"]
+    assert ev["how"] == {"11": "crashed"} and "illegal memory access" in ev["end_reason"]["11"]
+    assert res.latency[0] < 3.0  # the crash says so itself
+
+
+def test_silent_crash_before_the_launcher_kills_the_rest(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(TP4DP4, Fault("crash", "rank", ranks=(2,), onset=20.0, silent=True, kill_after=2.0), duration=40.0)
+    _only(res, "rank_dead:rank:2")
+
+
+def test_two_faults_at_once(run) -> None:  # type: ignore[no-untyped-def]
+    res = run(
+        TP8PP2DP2,
+        Fault("slow_comm", "link", nodes=(1, 3), factor=4.0, onset=20.0),
+        Fault("slow_compute", "rank", ranks=(4,), factor=1.5, onset=22.0),
+    )
+    assert {r.key for r in res.reported} == {"comm_slow:link:node00001|node00003", "noncomm_slow:rank:4"}

@@ -1,0 +1,52 @@
+"""The timing model obeys the principle the detector relies on."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rankwatch.sim import Fault, Layout, Scenario, Workload
+from rankwatch.sim.engine import Engine
+from rankwatch.sim.truth import job_slowdown
+from rankwatch.wire import OpKind
+
+
+def test_last_arriver_spends_least_time_inside() -> None:
+    lay = Layout(tp=4, pp=1, dp=2)
+    sc = Scenario(
+        "e",
+        layout=lay,
+        workload=Workload.for_rate(100, lay),
+        duration=5.0,
+        faults=(Fault("slow_compute", "rank", ranks=(1,), factor=2.0, onset=0.0),),
+    )
+    eng = Engine(sc)
+    chunk = next(iter(eng.steps(5.0)))
+    tp = chunk.kind == int(OpKind.ALL_REDUCE)
+    # per collective (group, seq): rank 1 enters last and is inside the shortest
+    last_and_shortest = 0
+    ops = 0
+    for g in np.unique(chunk.gidx[tp]):
+        m = tp & (chunk.gidx == g)
+        if 1 not in chunk.rank[m]:
+            continue
+        for s in np.unique(chunk.seq[m]):
+            mm = m & (chunk.seq == s)
+            inside = chunk.t_end[mm] - chunk.t_start[mm]
+            ops += 1
+            last_and_shortest += int(
+                chunk.rank[mm][np.argmax(chunk.t_start[mm])] == 1 and chunk.rank[mm][np.argmin(inside)] == 1
+            )
+    assert ops and last_and_shortest >= 0.9 * ops
+
+
+def test_job_slowdown_is_measured() -> None:
+    lay = Layout(tp=4, pp=1, dp=2)
+    sc = Scenario(
+        "e",
+        layout=lay,
+        workload=Workload.for_rate(100, lay),
+        duration=30.0,
+        faults=(Fault("slow_compute", "rank", ranks=(1,), factor=1.5, onset=5.0),),
+    )
+    s = job_slowdown(sc)
+    assert s is not None and 1.2 < s < 1.6
