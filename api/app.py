@@ -19,7 +19,7 @@ from sqlalchemy.exc import OperationalError
 from rankwatch import __version__
 from rankwatch.api.auth import TokenStore
 from rankwatch.api.delivery import WebhookDispatcher
-from rankwatch.api.deps import AdminDep, CollectorDep, IngestDep, ReadDep, require
+from rankwatch.api.deps import AdminDep, CollectorDep, IngestDep, ReadDep
 from rankwatch.api.ingest import FastIngestAPI
 from rankwatch.api.remediation import Executor, make_router
 from rankwatch.api.webhooks import router as webhooks_router
@@ -91,7 +91,7 @@ def create_app(
     _install_error_handlers(app)
     _install_routes(app, settings)
     app.include_router(webhooks_router)
-    app.include_router(make_router(require("read"), require("admin")))
+    app.include_router(make_router())
     return app
 
 

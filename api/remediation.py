@@ -15,11 +15,12 @@ import time
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from rankwatch.api.actuators import Actuator, StepResult, Target, make_actuator
+from rankwatch.api.deps import AdminDep, ReadDep
 from rankwatch.collector.actions import AUTO, ActionBook
 from rankwatch.collector.models import ActionRow, RankRow
 from rankwatch.collector.service import Collector
@@ -176,11 +177,9 @@ class ReleaseRequest(BaseModel):
     actuator: str | None = Field(None, description="default: the actuator of the job that isolated the node")
 
 
-def make_router(read_dep: Any, admin_dep: Any) -> APIRouter:
-    """The remediation routes; ``read_dep``/``admin_dep`` are the app's scope dependencies."""
+def make_router() -> APIRouter:
+    """The remediation routes: reading needs a read token, everything else an admin token."""
     router = APIRouter(tags=["remediation"])
-    Read = Annotated[Any, Depends(read_dep)]
-    Admin = Annotated[Any, Depends(admin_dep)]
 
     def collector(request: Request) -> Collector:
         return request.app.state.collector  # type: ignore[no-any-return]
@@ -189,7 +188,7 @@ def make_router(read_dep: Any, admin_dep: Any) -> APIRouter:
         return "anonymous (open service)" if getattr(principal, "anonymous", False) else f"{principal.scope} token"
 
     @router.post("/jobs/{job_id}/actions", status_code=201)
-    def create_action(job_id: str, body: ActionCreate, principal: Admin, request: Request) -> dict[str, Any]:
+    def create_action(job_id: str, body: ActionCreate, principal: AdminDep, request: Request) -> dict[str, Any]:
         """Ask for isolate / restart / swap on a job, now (or as a dry run). Refusals are recorded too."""
         c = collector(request)
         try:
@@ -208,24 +207,24 @@ def make_router(read_dep: Any, admin_dep: Any) -> APIRouter:
 
     @router.get("/actions")
     def read_actions(
-        _: Read,
+        _: ReadDep,
         request: Request,
         job_id: str | None = None,
         state: Literal["proposed", "approved", "running", "succeeded", "failed", "refused"] | None = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
     ) -> list[dict[str, Any]]:
         """The action log, newest first: every decision, refusal and step, with its actor."""
-        return collector(request).actions.list(job_id=job_id, state=state, limit=limit)
+        return collector(request).actions.log(job_id=job_id, state=state, limit=limit)
 
     @router.get("/actions/{action_id}")
-    def read_action(action_id: int, _: Read, request: Request) -> dict[str, Any]:
+    def read_action(action_id: int, _: ReadDep, request: Request) -> dict[str, Any]:
         a = collector(request).actions.get(action_id)
         if a is None:
             raise HTTPException(404, f"no action {action_id}")
         return a
 
     @router.post("/actions/{action_id}/approve")
-    def approve_action(action_id: int, principal: Admin, request: Request) -> dict[str, Any]:
+    def approve_action(action_id: int, principal: AdminDep, request: Request) -> dict[str, Any]:
         """Approve an action the ``approve`` policy proposed; the executor then runs it."""
         c = collector(request)
         try:
@@ -237,13 +236,13 @@ def make_router(read_dep: Any, admin_dep: Any) -> APIRouter:
         return a
 
     @router.get("/jobs/{job_id}/policy")
-    def read_policy(job_id: str, _: Read, request: Request) -> dict[str, Any]:
+    def read_policy(job_id: str, _: ReadDep, request: Request) -> dict[str, Any]:
         c = collector(request)
         with c.db.sessions() as s:
             return c.actions.policy(s, job_id).public()
 
     @router.put("/jobs/{job_id}/policy")
-    def update_policy(job_id: str, body: PolicyUpdate, _: Admin, request: Request) -> dict[str, Any]:
+    def update_policy(job_id: str, body: PolicyUpdate, _: AdminDep, request: Request) -> dict[str, Any]:
         """Set a job's policy: observe (report and page), approve (propose and wait), auto (act)."""
         c = collector(request)
         data = body.model_dump(exclude_none=True)
@@ -255,22 +254,22 @@ def make_router(read_dep: Any, admin_dep: Any) -> APIRouter:
         return policy.public()
 
     @router.post("/standby", status_code=201)
-    def create_standby(body: StandbyCreate, _: Admin, request: Request) -> dict[str, Any]:
+    def create_standby(body: StandbyCreate, _: AdminDep, request: Request) -> dict[str, Any]:
         """Register a spare node: ``swap`` takes one, ``restart`` may."""
         c = collector(request)
         return c.actions.add_standby(body.cluster, body.node, c.clock())
 
     @router.get("/standby")
-    def read_standby(_: Read, request: Request, cluster: str | None = None) -> list[dict[str, Any]]:
+    def read_standby(_: ReadDep, request: Request, cluster: str | None = None) -> list[dict[str, Any]]:
         return collector(request).actions.list_standby(cluster)
 
     @router.delete("/standby/{cluster}/{node}", status_code=204)
-    def delete_standby(cluster: str, node: str, _: Admin, request: Request) -> None:
+    def delete_standby(cluster: str, node: str, _: AdminDep, request: Request) -> None:
         if not collector(request).actions.remove_standby(cluster, node):
             raise HTTPException(404, f"no standby node {node} in {cluster}")
 
     @router.post("/nodes/{node}/release")
-    def release_node(node: str, body: ReleaseRequest, principal: Admin, request: Request) -> dict[str, Any]:
+    def release_node(node: str, body: ReleaseRequest, principal: AdminDep, request: Request) -> dict[str, Any]:
         """Return an isolated node to service through the actuator that isolated it."""
         c = collector(request)
         with c.db.sessions() as s:

@@ -20,6 +20,7 @@ from rankwatch.collector.db import Database
 from rankwatch.collector.jobs import iso
 from rankwatch.collector.models import ActionRow, EventRow, JobRow, RankRow, StandbyRow, SuspectRow
 from rankwatch.collector.policy import Decision, Policy, decide
+from rankwatch.collector.suspects import mark
 
 __all__ = ["ActionBook", "action_public"]
 
@@ -247,13 +248,14 @@ class ActionBook:
             if ok and not row.dry_run and row.type in ("isolate", "swap") and row.suspect_id is not None:
                 sus = s.get(SuspectRow, row.suspect_id)
                 if sus is not None and sus.status == "active":
-                    sus.status = "isolated"
-                    sus.updated_at = now
+                    mark(s, sus, "isolated", now, f"node {row.node} isolated by action {row.id}")
 
     def follow_up(self, parent: ActionRow, type_: str, now: float) -> dict[str, Any]:
-        """The recovery that follows a successful isolation (restart), approved by the same policy."""
+        """The recovery that follows a successful isolation (restart): approved at once under
+        ``auto``, proposed (waiting for its own approval) under ``approve``."""
         with self.db.sessions.begin() as s:
-            d = Decision(type_, parent.node, tuple(parent.ranks or ()), "approved", f"{type_} after action {parent.id}")
+            state = "approved" if self.policy(s, parent.job_id).mode == "auto" else "proposed"
+            d = Decision(type_, parent.node, tuple(parent.ranks or ()), state, f"{type_} after action {parent.id}")
             row = self._record(s, parent.job_id, parent.suspect_id, d, parent.actor, parent.dry_run, now)
             return action_public(row)
 
@@ -283,7 +285,7 @@ class ActionBook:
             return action_public(row)
 
     # -- queries --------------------------------------------------------------------------------
-    def list(self, *, job_id: str | None = None, state: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
+    def log(self, *, job_id: str | None = None, state: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
         q = select(ActionRow).order_by(ActionRow.id.desc()).limit(limit)
         if job_id is not None:
             q = q.where(ActionRow.job_id == job_id)

@@ -68,7 +68,10 @@ class Collector:
         self.detector_factory = detector_factory
         self.stats = {"batches": 0, "records": 0, "duplicates": 0, "rejected": 0}
         self._last_persist = 0.0
-        self.actions = ActionBook(db, Policy(mode=settings.policy, actuator=settings.actuator))
+        self.actions = ActionBook(
+            db,
+            Policy(mode=settings.policy, actuator=settings.actuator, actuator_options=dict(settings.actuator_options)),
+        )
         self.suspects = SuspectStore(db, actions=self.actions)
         self._last_cleanup = 0.0
         self.analyzers: list[Callable[[JobState, float], None]] = [self.analyze_job]
@@ -240,6 +243,8 @@ class Collector:
         """Store a job's remediation policy (validated by the caller); False for an unknown job."""
         job = self.jobs.get(job_id)
         if job is not None:
+            with job.lock:
+                job.policy = policy
             self.persist([job])
         with self.db.sessions.begin() as s:
             row = s.get(JobRow, job_id)

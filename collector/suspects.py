@@ -67,6 +67,16 @@ def suspect_public(row: SuspectRow, history: Sequence[SuspectHistoryRow] | None 
     return out
 
 
+def mark(s: Session, row: SuspectRow, status: str, now: float, note: str) -> None:
+    """Set a suspect's status inside ``s``'s transaction, with its history and an outbox event."""
+    row.status = status
+    row.updated_at = now
+    if status == "resolved":
+        row.resolved_at = now
+    s.add(_history(row, now, status, note))
+    _event(s, row, now, f"suspect.{status}")
+
+
 class SuspectStore:
     """Reads and writes suspects; one per service process."""
 
@@ -129,12 +139,7 @@ class SuspectStore:
             row = s.get(SuspectRow, suspect_id)
             if row is None:
                 return None
-            row.status = status
-            row.updated_at = now
-            if status == "resolved":
-                row.resolved_at = now
-            s.add(_history(row, now, status, note))
-            _event(s, row, now, f"suspect.{status}")
+            mark(s, row, status, now, note)
             return suspect_public(row)
 
     def attach_flight_recorder(self, suspect_id: int, dumps: dict[str, Any]) -> None:
