@@ -41,6 +41,8 @@ class Executor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.actuator_override: Actuator | None = None  # tests inject a recording actuator here
+        self.comeback_timeout_s = 180.0
+        self._before: dict[tuple[str, str], set[str]] = {}  # (job, node) -> incarnations at isolation
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="rankwatch-actions", daemon=True)
@@ -80,7 +82,12 @@ class Executor:
         dry = bool(row.dry_run)
         result: StepResult
         if row.type == "isolate":
+            before = self._incarnations(row.job_id)
             result = actuator.isolate(target, dry_run=dry)
+            if result.ok and not dry:
+                self._before[(row.job_id, target.node)] = before
+        elif row.type == "restart" and self._launcher_restarts(actuator, row):
+            result = self._await_comeback(row.job_id, target.node)
         elif row.type == "restart":
             result = actuator.restart(target, self._request_exit(policy.exit_code), dry_run=dry)
         elif row.type == "swap":
@@ -95,9 +102,52 @@ class Executor:
         from rankwatch.collector.jobs import iso
 
         step["at"] = iso(now)
-        self.book.finish(row.id, result.ok, [step], None if result.ok else result.output[-500:], now)
+        error = None if result.ok else result.output[-500:]
+        self.book.finish(row.id, result.ok, [step], error, now, refused=result.refused)
         if result.ok and not dry and row.type == "isolate" and row.actor == AUTO and policy.recovery == "restart":
             self.book.follow_up(row, "restart", now)
+
+    def _incarnations(self, job_id: str) -> set[str]:
+        job = self.collector.jobs.get(job_id)
+        if job is None:
+            return set()
+        with job.lock:
+            return {r.incarnation for r in job.ranks.values()}
+
+    def _launcher_restarts(self, actuator: Actuator, row: ActionRow) -> bool:
+        """A restart after an isolation the launcher answers by itself (torchrun re-rendezvousing
+        without a stopped agent): telling the ranks to exit too would cost a second restart."""
+        if row.dry_run or not getattr(actuator, "restarts_on_isolate", False) or not row.node:
+            return False
+        with self.book.db.sessions() as s:
+            return row.node in self.book.isolated_nodes(s, row.job_id)
+
+    def _await_comeback(self, job_id: str, node: str) -> StepResult:
+        """Wait until ranks of a new incarnation, none on ``node``, are stepping."""
+        before = self._before.pop((job_id, node), None)
+        if before is None:
+            before = self._incarnations(job_id)
+        start = self.clock()
+        deadline = time.monotonic() + self.comeback_timeout_s
+        while time.monotonic() < deadline and not self._stop.is_set():
+            job = self.collector.jobs.get(job_id)
+            if job is not None:
+                with job.lock:
+                    new = [
+                        r for r in job.ranks.values() if r.incarnation not in before and r.node != node and r.ops > 0
+                    ]
+                    if new:
+                        ranks = sorted(r.rank for r in new)
+                        nodes = sorted({r.node for r in new})
+                        restart = max(r.restart for r in new)
+                        return StepResult(
+                            True,
+                            f"the launcher restarted the job without {node}: ranks {ranks} on {nodes} stepping "
+                            f"again (restart {restart}) {self.clock() - start:.1f}s after the isolation",
+                            {"ranks": ranks, "nodes": nodes, "restart": restart},
+                        )
+            time.sleep(0.25)
+        return StepResult(False, f"the job did not come back without {node} within {self.comeback_timeout_s:.0f}s")
 
     def _target(self, row: ActionRow) -> Target:
         with self.book.db.sessions() as s:
@@ -191,6 +241,9 @@ def make_router() -> APIRouter:
     def create_action(job_id: str, body: ActionCreate, principal: AdminDep, request: Request) -> dict[str, Any]:
         """Ask for isolate / restart / swap on a job, now (or as a dry run). Refusals are recorded too."""
         c = collector(request)
+        live = c.jobs.get(job_id)
+        if live is not None:
+            c.persist([live])  # the checks read the job's nodes from the database: bring it up to date
         try:
             return c.actions.request(
                 job_id,

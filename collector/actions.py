@@ -235,16 +235,26 @@ class ActionBook:
                     return row
         return None
 
-    def finish(self, action_id: int, ok: bool, steps: Sequence[dict[str, Any]], error: str | None, now: float) -> None:
+    def finish(
+        self,
+        action_id: int,
+        ok: bool,
+        steps: Sequence[dict[str, Any]],
+        error: str | None,
+        now: float,
+        *,
+        refused: bool = False,
+    ) -> None:
+        """Record how a running action ended: succeeded, failed, or refused by its actuator."""
         with self.db.sessions.begin() as s:
             row = s.get(ActionRow, action_id)
             if row is None:
                 return
-            row.state = "succeeded" if ok else "failed"
+            row.state = "refused" if refused else "succeeded" if ok else "failed"
             row.error = error
             row.steps = [*row.steps, *steps, _step(now, "rankwatch", row.state)]
             row.updated_at = row.finished_at = now
-            _event(s, row, now, "action.finished")
+            _event(s, row, now, "action.refused" if refused else "action.finished")
             if ok and not row.dry_run and row.type in ("isolate", "swap") and row.suspect_id is not None:
                 sus = s.get(SuspectRow, row.suspect_id)
                 if sus is not None and sus.status == "active":

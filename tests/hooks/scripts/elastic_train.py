@@ -1,6 +1,9 @@
 """Elastic DDP training that checkpoints with rankwatch's DCP helper and resumes from the latest.
 
-usage: torchrun --nnodes=1:2 ... elastic_train.py TOTAL_STEPS CKPT_DIR OUTDIR [STEP_SECONDS]
+usage: torchrun --nnodes=1:2 ... elastic_train.py TOTAL_STEPS CKPT_DIR OUTDIR [STEP_SECONDS [CKPT_EVERY]]
+
+Rank 0 appends ``step wall_time restart`` to OUTDIR/progress.txt after every step, so a test can
+tell when the job stepped last before a fault and first after it came back.
 
 Deterministic: step k's data depends only on k, so a run that loses a node and resumes from a
 checkpoint on fewer ranks ends near the same loss as an uninterrupted run with the same seed.
@@ -22,6 +25,9 @@ CKPT_EVERY = 10
 def main() -> None:
     total, ckpt_dir, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     step_s = float(sys.argv[4]) if len(sys.argv) > 4 else 0.03
+    every = int(sys.argv[5]) if len(sys.argv) > 5 else CKPT_EVERY
+    # how many times this job came back: torchrun's restarts plus Slurm's requeues
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + int(os.environ.get("SLURM_RESTART_COUNT", "0"))
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
@@ -36,6 +42,7 @@ def main() -> None:
     on_restart(lambda: checkpoint.save(_state(model, opt, done["step"]), ckpt_dir, done["step"]))
     w_true = torch.linspace(-1, 1, 16)
     loss = torch.zeros(())
+    progress = open(os.path.join(out, "progress.txt"), "a", buffering=1) if rank == 0 else None
     for step in range(start + 1, total + 1):
         g = torch.Generator().manual_seed(step)
         x = torch.randn(64, 16, generator=g)
@@ -48,7 +55,9 @@ def main() -> None:
         loss.backward()
         opt.step()
         done["step"] = step
-        if step % CKPT_EVERY == 0:
+        if progress is not None:
+            progress.write(f"{step} {time.time():.3f} {restart} {world}\n")
+        if step % every == 0:
             checkpoint.save(_state(model, opt, step), ckpt_dir, step)
     final = loss.detach().clone()
     dist.all_reduce(final)
