@@ -103,7 +103,11 @@ class Decision:
 def drain_reason(kind: str, level: str, ranks: Sequence[int], nodes: Sequence[str], slowdown: float | None) -> str:
     """The one line a scheduler shows for a drained node: what, who, how much slower."""
     how = f"{slowdown:.2f}x slower" if slowdown else "job stopped"
-    who = f"rank {','.join(map(str, ranks))}" if level == "rank" else f"node {','.join(nodes)}"
+    listed = ",".join(map(str, ranks))
+    if level == "rank":
+        who = f"rank {listed}"
+    else:
+        who = f"node {','.join(nodes)}" + (f" (rank {listed})" if ranks else "")
     return f"rankwatch: {kind} {who} {how}"
 
 

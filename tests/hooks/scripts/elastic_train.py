@@ -65,7 +65,7 @@ def main() -> None:
         with open(os.path.join(out, "final.json"), "w") as f:
             json.dump(
                 {"step": total, "loss": float(final) / world, "world": world, "resumed_from": start,
-                 "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))},
+                 "restart": restart},
                 f,
             )  # fmt: skip
     dist.destroy_process_group()
