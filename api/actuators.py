@@ -44,6 +44,7 @@ __all__ = [
     "Target",
     "TorchftActuator",
     "TorchrunActuator",
+    "hosts_rendezvous",
     "make_actuator",
 ]
 
@@ -78,6 +79,7 @@ class StepResult:
     ok: bool
     output: str
     data: dict[str, Any] = field(default_factory=dict)
+    refused: bool = False  # the actuator declined (it would break the job); nothing was done
 
     def public(self) -> dict[str, Any]:
         return {"ok": self.ok, "output": self.output[-4000:], **({"data": self.data} if self.data else {})}
@@ -220,10 +222,33 @@ class TorchrunActuator(Actuator):
 
     name = "torchrun"
 
-    def __init__(self, exclusion_file: Path | None = None, exit_code: int = 3, stop_agent: bool = True) -> None:
+    def __init__(
+        self,
+        exclusion_file: Path | None = None,
+        exit_code: int = 3,
+        stop_agent: bool = True,
+        store_nodes: Sequence[str] = (),
+    ) -> None:
         self.exclusion_file, self.exit_code, self.stop_agent = exclusion_file, exit_code, stop_agent
+        self.store_nodes = tuple(store_nodes)
+
+    @property
+    def restarts_on_isolate(self) -> bool:
+        """Stopping a node's agent is itself the restart: the other agents re-rendezvous without it."""
+        return self.stop_agent
 
     def isolate(self, t: Target, *, dry_run: bool = False) -> StepResult:
+        pids = sorted({int(p) for r in t.ranks if (p := t.meta.get(r, {}).get("agent_pid"))})
+        store = [p for p in pids if hosts_rendezvous(p)]
+        if t.node in self.store_nodes or store:
+            how = f"agent pid {store[0]} listens on the rendezvous port" if store else "store_nodes names it"
+            return StepResult(
+                False,
+                f"refused: {t.node} hosts the job's rendezvous store ({how}); stopping its agent would end "
+                "the whole job, not shrink it. Restart the job with the rendezvous endpoint on another node.",
+                {"agent_pids": pids},
+                refused=True,
+            )
         lines = []
         if self.exclusion_file is not None:
             lines.append(f"add {t.node} to {self.exclusion_file}")
@@ -231,7 +256,6 @@ class TorchrunActuator(Actuator):
                 self.exclusion_file.parent.mkdir(parents=True, exist_ok=True)
                 with open(self.exclusion_file, "a") as f:
                     f.write(f"{t.node}\n")
-        pids = sorted({int(p) for r in t.ranks if (p := t.meta.get(r, {}).get("agent_pid"))})
         if self.stop_agent:
             if not pids:
                 return StepResult(False, "\n".join([*lines, f"no rank on {t.node} reported its torchrun agent's pid"]))
@@ -296,6 +320,62 @@ class TorchftActuator(Actuator):
         gone = _wait_gone(pids, 15.0)
         out = f"POST {url} -> {status}; replica processes {pids} {'exited' if gone else 'still running'}"
         return StepResult(gone, out, {"replica_id": replica, "status": status})
+
+
+def hosts_rendezvous(pid: int) -> bool:
+    """Whether torchrun agent ``pid`` (on this host) serves its job's rendezvous store.
+
+    The agent that hosts the c10d (or static) rendezvous listens on the port its command line
+    names (``--rdzv-endpoint``, else ``--master-port``); the others only connect to it.
+    """
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    port = _rendezvous_port(argv)
+    if port is None:
+        return False
+    inodes = set()
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port and cols[9] in inodes:
+                        return True
+        except (OSError, StopIteration, IndexError, ValueError):
+            continue
+    return False
+
+
+def _rendezvous_port(argv: Sequence[str]) -> int | None:
+    def value(*names: str) -> str | None:
+        for i, a in enumerate(argv):
+            for n in names:
+                if a == n and i + 1 < len(argv):
+                    return argv[i + 1]
+                if a.startswith(n + "="):
+                    return a.split("=", 1)[1]
+        return None
+
+    endpoint = value("--rdzv-endpoint", "--rdzv_endpoint")
+    try:
+        if endpoint:
+            return int(endpoint.rsplit(":", 1)[1]) if ":" in endpoint else 29400
+        port = value("--master-port", "--master_port")
+        return int(port) if port else None
+    except ValueError:
+        return None
 
 
 def _wait_gone(pids: Sequence[int], limit: float) -> bool:

@@ -21,6 +21,7 @@ from rankwatch.api.auth import TokenStore
 from rankwatch.api.delivery import WebhookDispatcher
 from rankwatch.api.deps import AdminDep, CollectorDep, IngestDep, ReadDep
 from rankwatch.api.ingest import FastIngestAPI
+from rankwatch.api.remediation import Executor, make_router
 from rankwatch.api.webhooks import router as webhooks_router
 from rankwatch.collector.db import open_database
 from rankwatch.collector.routing import FORWARDED_HEADER, IngestRouter
@@ -62,12 +63,16 @@ def create_app(
             app.state.collector.load()
             app.state.collector.start()
         dispatcher.start(app.state.collector.db)
+        app.state.executor = Executor(app.state.collector)
+        if own:
+            app.state.executor.start()
         try:
             yield
         finally:
             dispatcher.stop()
             await app.state.router.aclose()
             if own:
+                app.state.executor.stop()
                 app.state.collector.stop()
                 app.state.collector.db.close()
 
@@ -86,6 +91,7 @@ def create_app(
     _install_error_handlers(app)
     _install_routes(app, settings)
     app.include_router(webhooks_router)
+    app.include_router(make_router())
     return app
 
 

@@ -5,7 +5,8 @@ kind has nothing to say about it (PagerDuty and Alertmanager page about suspects
 events). Every format is built from the event alone, so a retry or a replay sends the same body.
 
 Event types (``EventRow.type``): ``suspect.opened``, ``suspect.resolved``, ``suspect.isolated``,
-``action.started``, ``action.finished``; the test endpoint sends ``webhook.test``. Generic and
+``action.proposed``, ``action.approved``, ``action.refused``, ``action.started``,
+``action.finished``; the test endpoint sends ``webhook.test``. Generic and
 Slack bodies handle any type, so a new event type needs no change here to be delivered.
 """
 
@@ -37,8 +38,24 @@ __all__ = [
 ]
 
 WEBHOOK_KINDS = ("generic", "pagerduty", "slack", "alertmanager")
-EVENT_TYPES = ("suspect.opened", "suspect.resolved", "suspect.isolated", "action.started", "action.finished")
-DEFAULT_EVENTS = ("suspect.opened", "suspect.resolved", "action.started", "action.finished")
+EVENT_TYPES = (
+    "suspect.opened",
+    "suspect.resolved",
+    "suspect.isolated",
+    "action.proposed",
+    "action.approved",
+    "action.refused",
+    "action.started",
+    "action.finished",
+)
+DEFAULT_EVENTS = (
+    "suspect.opened",
+    "suspect.resolved",
+    "action.proposed",
+    "action.refused",
+    "action.started",
+    "action.finished",
+)
 SUSPECT_EVENTS = ("suspect.opened", "suspect.resolved", "suspect.isolated")
 KIND_EVENTS = {
     "generic": EVENT_TYPES,

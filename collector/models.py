@@ -24,6 +24,7 @@ __all__ = [
     "OutboxCursorRow",
     "RankRow",
     "SuspectHistoryRow",
+    "StandbyRow",
     "SuspectRow",
     "WebhookRow",
 ]
@@ -205,6 +206,19 @@ class OutboxCursorRow(Base):
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     event_id: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class StandbyRow(Base):
+    """A spare node registered for swaps and restarts, per cluster."""
+
+    __tablename__ = "standby_nodes"
+
+    cluster: Mapped[str] = mapped_column(String(128), primary_key=True)
+    node: Mapped[str] = mapped_column(String(256), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))  # free | used
+    job_id: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    added_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
 
 
 class GroupSummaryRow(Base):

@@ -25,11 +25,13 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rankwatch.collector.actions import ActionBook
 from rankwatch.collector.db import Database, upsert
 from rankwatch.collector.flight import align_dumps
 from rankwatch.collector.jobs import GroupInfo, JobChanges, JobState, RankInfo, iso
 from rankwatch.collector.leases import LeaseManager, NotHolder
 from rankwatch.collector.models import GroupRow, GroupSummaryRow, JobRow, RankRow
+from rankwatch.collector.policy import Policy
 from rankwatch.collector.retention import purge
 from rankwatch.collector.settings import Settings
 from rankwatch.collector.suspects import SuspectStore
@@ -66,8 +68,12 @@ class Collector:
         self.detector_factory = detector_factory
         self.stats = {"batches": 0, "records": 0, "duplicates": 0, "rejected": 0}
         self._last_persist = 0.0
+        self.actions = ActionBook(
+            db,
+            Policy(mode=settings.policy, actuator=settings.actuator, actuator_options=dict(settings.actuator_options)),
+        )
+        self.suspects = SuspectStore(db, actions=self.actions)
         self._last_cleanup = 0.0
-        self.suspects = SuspectStore(db)
         self.analyzers: list[Callable[[JobState, float], None]] = [self.analyze_job]
         self.instance = uuid.uuid4().hex[:12]
         self.leases = LeaseManager(
@@ -232,6 +238,20 @@ class Collector:
             return None
         with job.lock:
             return dict(job.flight_recorder)
+
+    def set_policy(self, job_id: str, policy: dict[str, Any]) -> bool:
+        """Store a job's remediation policy (validated by the caller); False for an unknown job."""
+        job = self.jobs.get(job_id)
+        if job is not None:
+            with job.lock:
+                job.policy = policy
+            self.persist([job])
+        with self.db.sessions.begin() as s:
+            row = s.get(JobRow, job_id)
+            if row is None:
+                return False
+            row.policy = policy
+        return True
 
     # -- persistence ------------------------------------------------------------------------------
     def load(self) -> int:

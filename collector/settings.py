@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -58,7 +58,12 @@ class Settings(BaseSettings):
         None, description="This service's URL as people reach it, for links in pages (default: from host and port)."
     )
     policy: str = Field("observe", description="Default remediation policy for all jobs: observe, approve or auto.")
-    actuator: str = Field("none", description="Default actuator for all jobs.")
+    actuator: str = Field(
+        "none", description="Default actuator for all jobs: none, slurm, kubernetes, torchrun, torchft or command."
+    )
+    actuator_options: dict[str, Any] = Field(
+        default_factory=dict, description="Options of the default actuator, as JSON (e.g. a command's templates)."
+    )
     analysis_interval_s: float = Field(0.5, gt=0, description="Seconds between analysis passes over each job.")
     rank_dead_after_s: float = Field(
         0.0, ge=0, description="Heartbeat silence that makes a rank dead (0: adapt to each rank's flush interval)."
@@ -95,6 +100,14 @@ class Settings(BaseSettings):
     @classmethod
     def _comma_list(cls, value: object) -> object:
         return _split(value)
+
+    @field_validator("actuator")
+    @classmethod
+    def _actuator(cls, value: str) -> str:
+        known = ("none", "slurm", "kubernetes", "torchrun", "torchft", "command")
+        if value not in known:
+            raise ValueError(f"actuator must be one of {', '.join(known)}")
+        return value
 
     @field_validator("policy")
     @classmethod

@@ -67,11 +67,22 @@ def suspect_public(row: SuspectRow, history: Sequence[SuspectHistoryRow] | None 
     return out
 
 
+def mark(s: Session, row: SuspectRow, status: str, now: float, note: str) -> None:
+    """Set a suspect's status inside ``s``'s transaction, with its history and an outbox event."""
+    row.status = status
+    row.updated_at = now
+    if status == "resolved":
+        row.resolved_at = now
+    s.add(_history(row, now, status, note))
+    _event(s, row, now, f"suspect.{status}")
+
+
 class SuspectStore:
     """Reads and writes suspects; one per service process."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, actions: Any = None) -> None:
         self.db = db
+        self.actions = actions  # an ActionBook: plans what the job's policy says for a new suspect
 
     def reconcile(
         self,
@@ -105,6 +116,8 @@ class SuspectStore:
                     s.flush()
                     s.add(_history(row, now, "opened"))
                     events.append(_event(s, row, now, "suspect.opened"))
+                    if self.actions is not None:
+                        self.actions.plan(s, row, events[-1]["suspect"], now)
                 elif now - row.updated_at >= UPDATE_EVERY_S or _changed(row, f):
                     _update(row, f, now)
             if ready:
@@ -126,12 +139,7 @@ class SuspectStore:
             row = s.get(SuspectRow, suspect_id)
             if row is None:
                 return None
-            row.status = status
-            row.updated_at = now
-            if status == "resolved":
-                row.resolved_at = now
-            s.add(_history(row, now, status, note))
-            _event(s, row, now, f"suspect.{status}")
+            mark(s, row, status, now, note)
             return suspect_public(row)
 
     def attach_flight_recorder(self, suspect_id: int, dumps: dict[str, Any]) -> None:

@@ -165,6 +165,37 @@ def test_torchrun_isolate_stops_the_nodes_agent_and_excludes_it(tmp_path: Path) 
     assert not TorchrunActuator().isolate(_target(meta={})).ok  # no agent pid reported: refuse
 
 
+def test_torchrun_refuses_the_agent_that_hosts_the_rendezvous_store(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # stands for an agent: its command line names the rendezvous endpoint and it listens there
+    code = (
+        "import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', int(sys.argv[-1].rsplit(':', 1)[1]))); "
+        "s.listen(); print('up', flush=True); time.sleep(60)"
+    )
+    host = subprocess.Popen(
+        [sys.executable, "-c", code, "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+    )
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"--rdzv-endpoint=127.0.0.1:{port}"])
+    try:
+        assert host.stdout is not None and host.stdout.readline() == b"up\n"
+        act = TorchrunActuator()
+        r = act.isolate(_target(node="nodeA", ranks=(0,), meta={0: {"agent_pid": host.pid}}))
+        assert r.refused and not r.ok and "nodeA hosts the job's rendezvous store" in r.output, r.output
+        assert host.poll() is None  # not signalled
+        r = TorchrunActuator(store_nodes=["nodeB"]).isolate(_target(node="nodeB", meta={1: {"agent_pid": other.pid}}))
+        assert r.refused and "store_nodes" in r.output and other.poll() is None
+        r = act.isolate(_target(node="nodeB", ranks=(1,), meta={1: {"agent_pid": other.pid}}))
+        assert r.ok and not r.refused and other.wait(timeout=10) == -15  # a plain member is stopped
+    finally:
+        host.kill()
+        other.kill()
+
+
 def test_torchrun_restart_goes_through_the_control_channel() -> None:
     asked: list[Any] = []
     act = TorchrunActuator(exit_code=3)
