@@ -182,11 +182,23 @@ class Executor:
 
 def _margin(ops: list[dict[str, Any]]) -> int:
     """Sequence numbers the world group gets through in ~5 s (at least 5): when every rank will
-    have heard the command and none will have passed the op it names."""
-    if len(ops) < 2:
-        return 5
-    span = (ops[-1]["t_enter_ns"] - ops[0]["t_enter_ns"]) / 1e9
-    per_s = (len(ops) - 1) / span if span > 0 else 0.0
+    have heard the command and none will have passed the op it names.
+
+    The rate is read per rank (sequence numbers over that rank's own clock): the recent records
+    hold every rank's copy of each op, so counting records would multiply the rate by the number
+    of ranks and plan the exit that many times too late.
+    """
+    by_rank: dict[Any, list[dict[str, Any]]] = {}
+    for o in ops:
+        by_rank.setdefault(o.get("rank"), []).append(o)
+    per_s = 0.0
+    for rows in by_rank.values():
+        if len(rows) < 2:
+            continue
+        rows.sort(key=lambda o: o["seq"])
+        span = (rows[-1]["t_enter_ns"] - rows[0]["t_enter_ns"]) / 1e9
+        if span > 0:
+            per_s = max(per_s, (rows[-1]["seq"] - rows[0]["seq"]) / span)
     return max(5, int(per_s * 5) + 1)
 
 

@@ -316,3 +316,16 @@ def test_policy_defaults_from_settings_and_validation(
         Settings(policy="yolo")
     with pytest.raises(ValueError):
         Settings(actuator="ssh")
+
+
+def test_exit_margin_is_five_seconds_of_the_world_groups_ops_whatever_the_world_size() -> None:
+    from rankwatch.api.remediation import _margin
+
+    def ops(ranks: int) -> list[dict[str, Any]]:  # 20 ops a second, each recorded by every rank
+        return [
+            {"rank": r, "seq": s, "t_enter_ns": int(s * 0.05e9) + r * 1000} for s in range(1, 101) for r in range(ranks)
+        ]
+
+    assert _margin(ops(1)) == _margin(ops(2)) == _margin(ops(8))  # not multiplied by the ranks
+    assert 100 <= _margin(ops(8)) <= 101  # 5 s at 20 ops a second
+    assert _margin([]) == 5 and _margin(ops(1)[:1]) == 5
