@@ -89,7 +89,14 @@ class Executor:
         elif row.type == "restart" and self._launcher_restarts(actuator, row):
             result = self._await_comeback(row.job_id, target.node)
         elif row.type == "restart":
+            before = self._incarnations(row.job_id)
             result = actuator.restart(target, self._request_exit(policy.exit_code), dry_run=dry)
+            if result.ok and not dry and result.data.get("commands"):
+                # the ranks were told to exit: "succeeded" means the launcher brought them back
+                back = self._await_comeback(
+                    row.job_id, None, before, since="the exit commands", commands=result.data["commands"]
+                )
+                result = StepResult(back.ok, f"{result.output}\n{back.output}", {**result.data, **back.data})
         elif row.type == "swap":
             standby = None if dry else self.book.take_standby(row.job_id, None, self.clock())
             result = actuator.swap(Target(**{**target.__dict__, "standby": standby}), dry_run=dry)
@@ -122,32 +129,51 @@ class Executor:
         with self.book.db.sessions() as s:
             return row.node in self.book.isolated_nodes(s, row.job_id)
 
-    def _await_comeback(self, job_id: str, node: str) -> StepResult:
-        """Wait until ranks of a new incarnation, none on ``node``, are stepping."""
-        before = self._before.pop((job_id, node), None)
+    def _await_comeback(
+        self,
+        job_id: str,
+        node: str | None,
+        before: set[str] | None = None,
+        since: str = "the isolation",
+        commands: Sequence[str] = (),
+    ) -> StepResult:
+        """Wait until ranks of a new incarnation (none on ``node``) are stepping: each has recorded
+        ops since the collector first heard from it — a process that only said hello is not enough.
+        If every one of ``commands`` (exit commands) came back ignored, nothing will restart: fail now."""
+        if before is None and node is not None:
+            before = self._before.pop((job_id, node), None)
         if before is None:
             before = self._incarnations(job_id)
+        without = f" without {node}" if node else ""
         start = self.clock()
+        first_ops: dict[str, int] = {}  # new incarnation -> the rank's op count when first seen
         deadline = time.monotonic() + self.comeback_timeout_s
         while time.monotonic() < deadline and not self._stop.is_set():
             job = self.collector.jobs.get(job_id)
             if job is not None:
                 with job.lock:
-                    new = [
-                        r for r in job.ranks.values() if r.incarnation not in before and r.node != node and r.ops > 0
-                    ]
+                    fresh = [r for r in job.ranks.values() if r.incarnation not in before and r.node != node]
+                    for r in fresh:
+                        first_ops.setdefault(r.incarnation, r.ops)
+                    new = [r for r in fresh if r.ops > first_ops[r.incarnation] or r.state == "goodbye"]
+                    results = [c["result"] for c in job.command_status() if c["id"] in commands]
+                    if results and all(x == "ignored" for x in results) and not new:
+                        return StepResult(
+                            False,
+                            "the ranks ignored the exit command: the job does not allow control (RANKWATCH_CONTROL=1)",
+                        )
                     if new:
                         ranks = sorted(r.rank for r in new)
                         nodes = sorted({r.node for r in new})
                         restart = max(r.restart for r in new)
                         return StepResult(
                             True,
-                            f"the launcher restarted the job without {node}: ranks {ranks} on {nodes} stepping "
-                            f"again (restart {restart}) {self.clock() - start:.1f}s after the isolation",
+                            f"the launcher restarted the job{without}: ranks {ranks} on {nodes} stepping "
+                            f"again (restart {restart}) {self.clock() - start:.1f}s after {since}",
                             {"ranks": ranks, "nodes": nodes, "restart": restart},
                         )
             time.sleep(0.25)
-        return StepResult(False, f"the job did not come back without {node} within {self.comeback_timeout_s:.0f}s")
+        return StepResult(False, f"the job did not come back{without} within {self.comeback_timeout_s:.0f}s")
 
     def _target(self, row: ActionRow) -> Target:
         with self.book.db.sessions() as s:

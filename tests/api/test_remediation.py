@@ -318,6 +318,65 @@ def test_policy_defaults_from_settings_and_validation(
         Settings(actuator="ssh")
 
 
+class _LiveJob:
+    """What the executor reads of a live job while it waits for a restart: ranks and command results."""
+
+    def __init__(self, ranks: list[Any], results: dict[str, str | None] | None = None) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.ranks = {r.rank: r for r in ranks}
+        self.results = results or {}
+
+    def command_status(self) -> list[dict[str, Any]]:
+        return [{"id": k, "result": v} for k, v in self.results.items()]
+
+
+def _waiter(job: _LiveJob) -> Executor:
+    from types import SimpleNamespace
+
+    ex = Executor(SimpleNamespace(actions=None, jobs={"j": job}))  # type: ignore[arg-type]
+    ex.comeback_timeout_s = 1.5
+    return ex
+
+
+def test_a_restart_succeeds_only_once_the_new_processes_step() -> None:
+    import threading
+
+    from rankwatch.collector.jobs import RankInfo
+
+    old = RankInfo(rank=0, node="n", incarnation="old", first_seen=0, last_seen=0, ops=40)
+    job = _LiveJob([old])
+    ex = _waiter(job)
+    # the restarted process said hello (the collector keeps the rank's op count across incarnations)
+    job.ranks[0] = RankInfo(rank=0, node="n", incarnation="new", first_seen=0, last_seen=0, ops=40, restart=1)
+    res = ex._await_comeback("j", None, {"old"}, since="the exit commands")
+    assert not res.ok and "did not come back" in res.output
+
+    def step() -> None:
+        time.sleep(0.5)
+        job.ranks[0].ops += 3
+
+    threading.Thread(target=step).start()
+    res = ex._await_comeback("j", None, {"old"}, since="the exit commands")
+    assert res.ok and "ranks [0] on ['n'] stepping again (restart 1)" in res.output, res.output
+    assert "after the exit commands" in res.output
+
+
+def test_a_restart_whose_exit_commands_were_ignored_fails_at_once() -> None:
+    from rankwatch.collector.jobs import RankInfo
+
+    job = _LiveJob(
+        [RankInfo(rank=0, node="n", incarnation="old", first_seen=0, last_seen=0, ops=40)],
+        {"c1": "ignored", "c2": "ignored", "other": None},
+    )
+    ex = _waiter(job)
+    ex.comeback_timeout_s = 30
+    t0 = time.monotonic()
+    res = ex._await_comeback("j", None, {"old"}, commands=["c1", "c2"])
+    assert not res.ok and "ignored the exit command" in res.output and time.monotonic() - t0 < 5
+
+
 def test_exit_margin_is_five_seconds_of_the_world_groups_ops_whatever_the_world_size() -> None:
     from rankwatch.api.remediation import _margin
 
