@@ -125,8 +125,12 @@ def installed() -> Recorder | None:
 def on_restart(fn: Callable[[], Any]) -> Callable[[], Any]:
     """Run ``fn`` before this rank exits on a collector's restart command (e.g. save a checkpoint).
 
-    Usable as a decorator. Callbacks run on a rankwatch thread, so ``fn`` must be safe to call
-    while the training loop is between (or inside) steps.
+    Usable as a decorator. When the command names an op (``at_seq`` of a group, as rankwatch's
+    own restarts do), callbacks run on the training thread just before that op, at the same point
+    on every rank, so ``fn`` may be collective (a DCP save); the op may be inside a step (e.g. DDP's
+    gradient all-reduce), so save the last step the loop *finished*. A command without ``at_seq``
+    runs them on a rankwatch thread, while the loop goes on; a rank that does not reach the op
+    before the command's deadline (stuck) exits without running them.
     """
     with _lock:
         rec = _recorder[0]
