@@ -2,8 +2,10 @@
 
 usage: torchrun --nnodes=1:2 ... elastic_train.py TOTAL_STEPS CKPT_DIR OUTDIR [STEP_SECONDS [CKPT_EVERY]]
 
-Rank 0 appends ``step wall_time restart`` to OUTDIR/progress.txt after every step, so a test can
-tell when the job stepped last before a fault and first after it came back.
+Rank 0 appends ``step wall_time restart world`` to OUTDIR/progress.txt after every step, so a test
+can tell when the job stepped last before a fault and first after it came back. Before a
+collector-commanded exit every rank saves a checkpoint of the last step it finished
+(``on_restart``) and writes OUTDIR/on_restart_rank<r>.json saying which step, from which pid.
 
 Deterministic: step k's data depends only on k, so a run that loses a node and resumes from a
 checkpoint on fewer ranks ends near the same loss as an uninterrupted run with the same seed.
@@ -39,7 +41,14 @@ def main() -> None:
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["optim"])
     done = {"step": start}
-    on_restart(lambda: checkpoint.save(_state(model, opt, done["step"]), ckpt_dir, done["step"]))
+
+    @on_restart
+    def save_before_exit() -> None:
+        # runs at the same op of the world group on every rank, so DCP's collective save is safe here
+        checkpoint.save(_state(model, opt, done["step"]), ckpt_dir, done["step"])
+        with open(os.path.join(out, f"on_restart_rank{rank}.json"), "w") as f:
+            json.dump({"step": done["step"], "pid": os.getpid(), "restart": restart}, f)
+
     w_true = torch.linspace(-1, 1, 16)
     loss = torch.zeros(())
     progress = open(os.path.join(out, "progress.txt"), "a", buffering=1) if rank == 0 else None
