@@ -128,6 +128,7 @@ class GroupInfo:
             "last_seq": self.last_seq,
             "ops": self.ops,
             "op_counts": dict(sorted(self.op_counts.items())),
+            "block_seqs": self.block_seqs,
         }
 
     def row(self, job_id: str, *, members: bool = True) -> dict[str, Any]:
