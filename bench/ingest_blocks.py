@@ -112,9 +112,20 @@ def workload(ranks: int, seconds: float, block_s: float, per_rank: bool) -> tupl
 
 
 def measure(
-    label: str, cpu_pin: int | None, rounds: list[list[bytes]], records: list[int], warm: int, multi: int = 0
+    label: str,
+    cpu_pin: int | None,
+    rounds: list[list[bytes]],
+    records: list[int],
+    warm: int,
+    multi: int = 0,
+    paced: bool = False,
 ) -> float:
-    """Send every round; server CPU per record over the rounds after ``warm``."""
+    """Send every round; server CPU per record over the rounds after ``warm``.
+
+    Closed loop sends each round as fast as the server takes it; ``paced`` sends one round (one
+    second of training) per second, as the job would, so the background loops (persist every
+    2 s, analysis every 0.5 s) run as often per second of training as they would live.
+    """
     srv = start_server(None, cpu_pin)
     try:
         ctype = BLOCK_CONTENT_TYPE
@@ -125,9 +136,17 @@ def measure(
         for r in rounds[:warm]:
             run(closed_loop(srv.port, r, conns, ctype))
         time.sleep(1.0)  # the first write of the new ranks and groups is behind us
-        c0, w = srv.cpu_s(), 0.0
+        c0, w, late = srv.cpu_s(), 0.0, 0
+        t_next = time.perf_counter()
         for r in rounds[warm:]:
             w += float(run(closed_loop(srv.port, r, conns, ctype)))  # type: ignore[arg-type]
+            if paced:
+                t_next += 1.0
+                wait = t_next - time.perf_counter()
+                late += wait < 0
+                time.sleep(max(0.0, wait))
+        if paced:
+            w = time.perf_counter() - t_next + len(rounds[warm:])
         cpu = srv.cpu_s() - c0
         job = httpx.get(f"http://127.0.0.1:{srv.port}/jobs/blocks", timeout=30).json()
         if job["ops"] != sum(records):
@@ -138,7 +157,8 @@ def measure(
         print(
             f"  {label:<26} {n / cpu:>11,.0f} records/s per core of server CPU  "
             f"({bodies / cpu:,.0f} requests/s; {n / w:,.0f} records/s wall, server {100 * cpu / w:.0f}% of its core; "
-            f"{mb / len(rounds[warm:]):.2f} MB per second of training)",
+            f"{mb / len(rounds[warm:]):.2f} MB per second of training"
+            + (f"; {late} of {len(rounds[warm:])} seconds sent late)" if paced else ")"),
             flush=True,
         )
         return n / cpu
@@ -187,12 +207,12 @@ def main() -> None:
         print("raw mode, the same server (bench/ingest.py's throughput run, 1,000 ranks):")
         throughput(None, pins)
     if args.growth:
-        print("growth (aggregated block bodies, 1,024 ranks each; server CPU per op record):")
+        print("growth (aggregated block bodies, 1,024 ranks each, one second of training per second):")
         for n in [int(x) for x in args.growth.split(",")]:
             t0 = time.perf_counter()
             world, rounds, records = workload(n, args.seconds, args.block_s, per_rank=False)
             gen = time.perf_counter() - t0
-            measure(f"{world:,} ranks", pins[0], rounds, records, args.warm)
+            measure(f"{world:,} ranks", pins[0], rounds, records, args.warm, paced=True)
             print(f"    (simulating and encoding it took {gen:.0f} s)", flush=True)
 
 
