@@ -228,3 +228,16 @@ def test_straggler_is_found_in_block_mode(service: Service, tmp_path: Path) -> N
     finally:
         nodes.stop()
     assert len([x for x in _suspects(service, job) if x["kind"] == "noncomm_slow"]) == 1
+
+
+def test_stalled_rank_is_a_noncomm_hang_in_block_mode(service: Service, tmp_path: Path) -> None:
+    job = "blocks-hang"
+    nodes = TwoNodes(tmp_path, service, job, ["3000", "0.02", "out"], RANKWATCH_INJECT="stall:rank=2,seq=700", **BLOCKS)
+    try:
+        s = _wait_suspect(service, job, lambda s: s["kind"] == "noncomm_hang", timeout=90)
+        assert s["ranks"] == [2] and s["level"] == "rank", s
+        assert s["detection_latency_s"] <= 15, s
+        detail = service.get(f"/suspects/{s['id']}")
+        assert "loop.py" in str(detail["evidence"]), detail["evidence"]  # the stack still travels
+    finally:
+        nodes.stop()
