@@ -20,9 +20,10 @@ from rankwatch import __version__
 from rankwatch.api.auth import TokenStore
 from rankwatch.api.delivery import WebhookDispatcher
 from rankwatch.api.deps import AdminDep, CollectorDep, IngestDep, ReadDep
-from rankwatch.api.ingest import FastIngestAPI
+from rankwatch.api.ingest import INGEST_CONTENT_TYPES, FastIngestAPI
 from rankwatch.api.remediation import Executor, make_router
 from rankwatch.api.webhooks import router as webhooks_router
+from rankwatch.blockwire import BLOCK_CONTENT_TYPE
 from rankwatch.collector.db import open_database
 from rankwatch.collector.routing import FORWARDED_HEADER, IngestRouter
 from rankwatch.collector.service import Collector
@@ -205,16 +206,19 @@ def _install_routes(app: FastAPI, settings: Settings) -> None:
     @app.post("/ingest", tags=["ingest"])
     async def create_batch(request: Request, principal: IngestDep, collector: CollectorDep) -> Response:
         """Take one batch from a rank (wire format, ``Content-Type: application/vnd.rankwatch.batch``),
-        or several ranks' batches from ``rankwatch agent`` (``application/vnd.rankwatch.multibatch``,
+        block summaries of one or more ranks (``application/vnd.rankwatch.blocks``), or several
+        ranks' batches from ``rankwatch agent`` (``application/vnd.rankwatch.multibatch``,
         answered ``{"results": [...]}``, one reply per batch).
 
         The reply carries the commands waiting for that rank. With several service processes,
         a batch of a job another process analyses is forwarded there and its reply relayed.
         """
         ctype = request.headers.get("content-type", "").split(";")[0].strip()
-        if ctype not in (CONTENT_TYPE, MULTI_CONTENT_TYPE, "application/octet-stream"):
+        if ctype not in INGEST_CONTENT_TYPES:
             raise HTTPException(
-                415, f"batches must be sent as {CONTENT_TYPE} or {MULTI_CONTENT_TYPE}, not {ctype or 'no content type'}"
+                415,
+                f"batches must be sent as {CONTENT_TYPE}, {BLOCK_CONTENT_TYPE} or {MULTI_CONTENT_TYPE}, "
+                f"not {ctype or 'no content type'}",
             )
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > max_body:

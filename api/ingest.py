@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rankwatch.api.auth import TokenStore
+from rankwatch.blockwire import BLOCK_CONTENT_TYPE
 from rankwatch.collector.routing import FORWARDED_HEADER, IngestRouter
 from rankwatch.errors import AuthError
 from rankwatch.multibatch import MULTI_CONTENT_TYPE
@@ -30,7 +31,7 @@ __all__ = ["INGEST_CONTENT_TYPES", "FastIngestAPI", "IngestFastPath"]
 
 logger = logging.getLogger(__name__)
 
-INGEST_CONTENT_TYPES = (CONTENT_TYPE, MULTI_CONTENT_TYPE, "application/octet-stream")
+INGEST_CONTENT_TYPES = (CONTENT_TYPE, BLOCK_CONTENT_TYPE, MULTI_CONTENT_TYPE, "application/octet-stream")
 _FORWARDED = FORWARDED_HEADER.lower().encode()
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from rankwatch import __version__
+from rankwatch.blockwire import BLOCK_CONTENT_TYPE, is_block_body
 from rankwatch.env import CollectorURL
 from rankwatch.multibatch import MULTI_CONTENT_TYPE, encode_multi
 from rankwatch.wire import CONTENT_TYPE, MAX_BODY_BYTES
@@ -102,7 +103,7 @@ class Agent:
     async def _send(self, batches: list[bytes], authorization: str | None) -> list[tuple[int, bytes]]:
         multi = len(batches) > 1
         headers = {
-            "Content-Type": MULTI_CONTENT_TYPE if multi else CONTENT_TYPE,
+            "Content-Type": MULTI_CONTENT_TYPE if multi else _ctype(batches[0]),
             "User-Agent": f"rankwatch-agent/{__version__}",
         }
         if authorization:
@@ -163,8 +164,8 @@ def agent_app(agent: Agent, *, max_body: int = MAX_BODY_BYTES) -> Any:
             return
         headers = dict(scope["headers"])
         ctype = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip()
-        if ctype not in (CONTENT_TYPE, "application/octet-stream"):
-            await _reply(send, 415, {"detail": f"batches must be sent as {CONTENT_TYPE}"})
+        if ctype not in (CONTENT_TYPE, BLOCK_CONTENT_TYPE, "application/octet-stream"):
+            await _reply(send, 415, {"detail": f"batches must be sent as {CONTENT_TYPE} or {BLOCK_CONTENT_TYPE}"})
             return
         chunks, size, more = [], 0, True
         while more:
@@ -197,3 +198,8 @@ async def _send_raw(send: Any, status: int, body: bytes) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _ctype(body: bytes) -> str:
+    """The content type of one batch, raw or block summaries."""
+    return BLOCK_CONTENT_TYPE if is_block_body(body) else CONTENT_TYPE

@@ -11,14 +11,17 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
+from rankwatch.blockwire import BlockBody
 from rankwatch.collector.recent import RecentOps
 from rankwatch.collector.summaries import GroupSummaries
+from rankwatch.sim.blocks import STATE_CODES, BlockBatch
 from rankwatch.wire import KIND_NAMES, Batch, runs_to_ranks
 
 __all__ = ["Command", "GroupInfo", "JobChanges", "JobState", "RankInfo", "iso"]
@@ -112,6 +115,7 @@ class GroupInfo:
     reporters: set[int] = field(default_factory=set)
     runs: list[Any] | None = None  # the member runs ``members`` was expanded from
     members_dirty: bool = True  # members changed since written (a 100k-rank list is not rewritten each pass)
+    block_seqs: int | None = None  # block size its members use in block mode (settled by the first word)
 
     def public(self) -> dict[str, Any]:
         members = self.members if self.members is not None else sorted(self.reporters)
@@ -124,6 +128,7 @@ class GroupInfo:
             "last_seq": self.last_seq,
             "ops": self.ops,
             "op_counts": dict(sorted(self.op_counts.items())),
+            "block_seqs": self.block_seqs,
         }
 
     def row(self, job_id: str, *, members: bool = True) -> dict[str, Any]:
@@ -205,6 +210,101 @@ class JobState:
         self.last_seen = now
         self.batches += 1
         self.records += len(r)
+        self._take_rank(h, len(r), now)
+        groups = h["groups"]
+        gids = tuple(g["id"] for g in groups)
+        self.recent.add(rank, gids, r)
+        counts = _counts(r, len(groups))
+        self.summaries.add(rank, gids, r, now)
+        for i, g in enumerate(groups):
+            gi = self._take_group(g)
+            gi.last_seq = max(gi.last_seq, int(g.get("entered", 0)))
+            gi.reporters.add(rank)
+            for kind, n in counts.get(i, {}).items():
+                gi.op_counts[kind] = gi.op_counts.get(kind, 0) + n
+                gi.ops += n
+        self.dirty = True
+
+    def apply_blocks(self, body: BlockBody, now: float) -> BlockBatch | None:
+        """Fold an accepted block batch into the job's ranks, groups and counts.
+
+        Ranks whose batch was already taken (a retry) are left out; ``None`` when that is all of
+        them, else the batch without their rows (what the detector should see). Works on the
+        columns: a Python step per rank and per group, none per row or op.
+        """
+        bb = body.batch
+        infos = body.rank_info
+        fresh = [not self.is_duplicate(r["rank"], r["incarnation"], r["batch"]) for r in infos]
+        if not any(fresh):
+            return None
+        if not all(fresh):
+            keep = np.array([r["rank"] for r, f in zip(infos, fresh, strict=True) if f], np.int64)
+            infos = [r for r, f in zip(infos, fresh, strict=True) if f]
+            bb = _only_ranks(bb, keep)
+        rr, blocks, pr = bb.ranks, bb.blocks, bb.progress
+        self.world = max(self.world, body.world)
+        self.last_seen = now
+        self.batches += 1
+        cnt = blocks["count"].astype(np.int64)
+        n_records = int(cnt.sum())
+        self.records += n_records
+        # op records per rank: rank rows are unique, so a sorted search finds each block's rank
+        order = np.argsort(rr["rank"], kind="stable")
+        pos = order[np.searchsorted(rr["rank"][order], blocks["rank"])] if blocks.shape[0] else np.zeros(0, np.intp)
+        per_rank = np.bincount(pos, weights=cnt, minlength=rr.shape[0]).astype(np.int64).tolist()
+        states = _STATE_NAMES
+        for i, (info, row) in enumerate(zip(infos, rr.tolist(), strict=True)):
+            _, _, _, flush_s, state, restart = row
+            h = info | {"state": states[state], "restart": restart, "flush_s": flush_s}
+            self._take_rank(h, per_rank[i], now)
+        ng = len(bb.groups)
+        gids = tuple(g["id"] for g in bb.groups)
+        entered = np.zeros(ng, np.int64)
+        if pr.shape[0]:
+            np.maximum.at(entered, pr["group"].astype(np.intp), pr["entered"])
+        key = blocks["group"].astype(np.intp) * 256 + blocks["kind"].astype(np.intp)
+        n_key = np.bincount(key, weights=cnt).astype(np.int64) if blocks.shape[0] else np.zeros(0, np.int64)
+        ops_by_group: dict[int, dict[str, int]] = {}
+        for k in np.flatnonzero(n_key).tolist():
+            gx, kind = divmod(k, 256)
+            ops_by_group.setdefault(gx, {})[KIND_NAMES.get(kind, str(kind))] = int(n_key[k])
+        pr_group = pr["group"]
+        for i, entry in enumerate(bb.groups):
+            gi = self._take_group(entry)
+            gi.last_seq = max(gi.last_seq, int(entered[i]))
+            if gi.runs is None:  # only shown while the members are unknown
+                gi.reporters.update(pr["rank"][pr_group == i].tolist())
+            for name, n in ops_by_group.get(i, {}).items():
+                gi.op_counts[name] = gi.op_counts.get(name, 0) + n
+                gi.ops += n
+        self.summaries.add_blocks(gids, bb, now)
+        self.dirty = True
+        return bb
+
+    def block_sizes(self, groups: list[dict[str, Any]]) -> dict[str, int]:
+        """Settle each group's block size and say which a rank should be told.
+
+        The first word about a group stands: a block size a rank already uses (``block_seqs``,
+        e.g. after a service restart) or the one it proposes (``block_want``, from its op rate).
+        Every member is then told the same size, so their blocks name the same ops.
+
+        Returns:
+            ``{group id: block size}`` for the groups whose entry does not use the settled size.
+        """
+        out: dict[str, int] = {}
+        for g in groups:
+            gi = self.groups.get(g["id"])
+            if gi is None:
+                continue
+            if gi.block_seqs is None:
+                gi.block_seqs = g.get("block_seqs") or g.get("block_want")
+            if gi.block_seqs is not None and g.get("block_seqs") != gi.block_seqs:
+                out[gi.gid] = gi.block_seqs
+        return out
+
+    def _take_rank(self, h: Mapping[str, Any], n_ops: int, now: float) -> RankInfo:
+        """Update one rank from its header (a raw batch's, or a block batch's rank object)."""
+        rank = h["rank"]
         info = self.ranks.get(rank)
         if info is None or info.incarnation != h["incarnation"]:
             old = info
@@ -223,7 +323,7 @@ class JobState:
         info.last_seen = now
         info.last_batch = h["batch"]
         info.batches += 1
-        info.ops += len(r)
+        info.ops += n_ops
         info.drops = int(h.get("drops", 0))
         info.pid = h.get("pid")
         info.restart = int(h.get("restart", 0))
@@ -240,32 +340,24 @@ class JobState:
         fr = (h.get("attachments") or {}).get("flight_recorder")
         if isinstance(fr, dict):
             self.flight_recorder[rank] = {"command": fr.get("command"), "received": iso(now), "trace": fr.get("trace")}
+        return info
 
-        groups = h["groups"]
-        gids = tuple(g["id"] for g in groups)
-        self.recent.add(rank, gids, r)
-        counts = _counts(r, len(groups))
-        self.summaries.add(rank, gids, r, now)
-        for i, g in enumerate(groups):
-            gi = self.groups.get(g["id"])
-            if gi is None:
-                gi = self.groups[g["id"]] = GroupInfo(gid=g["id"])
-            self.dirty_groups.add(gi.gid)
-            gi.desc = g.get("desc", gi.desc)
-            runs = g.get("ranks")
-            if runs and runs != gi.runs:  # expanded once per change, not per batch: O(world) each
-                gi.members = runs_to_ranks(runs)
-                gi.runs = runs
-                gi.members_dirty = True
-            if isinstance(g.get("size"), int):
-                gi.size = g["size"]
-            gi.backend = g.get("backend", gi.backend)
-            gi.last_seq = max(gi.last_seq, int(g.get("entered", 0)))
-            gi.reporters.add(rank)
-            for kind, n in counts.get(i, {}).items():
-                gi.op_counts[kind] = gi.op_counts.get(kind, 0) + n
-                gi.ops += n
-        self.dirty = True
+    def _take_group(self, g: Mapping[str, Any]) -> GroupInfo:
+        """Update a group's description from a header entry."""
+        gi = self.groups.get(g["id"])
+        if gi is None:
+            gi = self.groups[g["id"]] = GroupInfo(gid=g["id"])
+        self.dirty_groups.add(gi.gid)
+        gi.desc = g.get("desc", gi.desc)
+        runs = g.get("ranks")
+        if runs and runs != gi.runs:  # expanded once per change, not per batch: O(world) each
+            gi.members = runs_to_ranks(runs)
+            gi.runs = runs
+            gi.members_dirty = True
+        if isinstance(g.get("size"), int):
+            gi.size = g["size"]
+        gi.backend = g.get("backend", gi.backend)
+        return gi
 
     # -- persistence ------------------------------------------------------------------------------
     def take_changes(self, now: float, writer: str) -> JobChanges | None:
@@ -411,6 +503,27 @@ def _counts(r: Any, ngroups: int) -> dict[int, dict[str, int]]:
         g, kind = divmod(k, 256)
         out.setdefault(g, {})[KIND_NAMES.get(kind, str(kind))] = int(n[k])
     return out
+
+
+_STATE_NAMES = {code: name for name, code in STATE_CODES.items()}
+
+
+def _only_ranks(bb: BlockBatch, keep: np.ndarray) -> BlockBatch:
+    """The rows of a block batch about ``keep`` ranks only."""
+
+    def sel(rows: np.ndarray) -> np.ndarray:
+        return rows[np.isin(rows["rank"], keep)]
+
+    return BlockBatch(
+        groups=bb.groups,
+        ranks=sel(bb.ranks),
+        progress=sel(bb.progress),
+        p2p=sel(bb.p2p),
+        blocks=sel(bb.blocks),
+        nodes={r: n for r, n in bb.nodes.items() if r in set(keep.tolist())},
+        notes={r: n for r, n in bb.notes.items() if r in set(keep.tolist())},
+        group_rank={k: v for k, v in bb.group_rank.items() if k[0] in set(keep.tolist())},
+    )
 
 
 def any_dirty(summaries: GroupSummaries) -> bool:

@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from rankwatch.blockwire import BLOCK_CONTENT_TYPE, is_block_body
 from rankwatch.collector.leases import NotHolder
 from rankwatch.collector.service import Collector
 from rankwatch.errors import WireError
@@ -133,7 +134,7 @@ class IngestRouter:
         items = [b for _, b in jobs_items]
         multi = len(items) > 1
         headers = {
-            "Content-Type": MULTI_CONTENT_TYPE if multi else CONTENT_TYPE,
+            "Content-Type": MULTI_CONTENT_TYPE if multi else _ctype(items[0]),
             FORWARDED_HEADER: collector.instance,
         }
         if authorization:
@@ -160,3 +161,8 @@ class IngestRouter:
             # one answer for the whole request (a 401, a 413...): every batch in it gets it
             return [{"status": resp.status_code, **reply} for _ in items]
         return [{"status": 200, **reply}]
+
+
+def _ctype(body: bytes) -> str:
+    """The content type of one batch, raw or block summaries."""
+    return BLOCK_CONTENT_TYPE if is_block_body(body) else CONTENT_TYPE

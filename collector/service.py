@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from rankwatch.blockwire import check_membership, decode_blocks, is_block_body
 from rankwatch.collector.actions import ActionBook
 from rankwatch.collector.db import Database, upsert
 from rankwatch.collector.flight import align_dumps
@@ -84,7 +85,8 @@ class Collector:
 
     # -- ingest -----------------------------------------------------------------------------------
     def ingest(self, body: bytes, *, bound_job: str | None = None) -> IngestResult:
-        """Take one batch.
+        """Take one batch: raw (``rankwatch.wire``) or block summaries (``rankwatch.blockwire``),
+        told apart by their magic bytes.
 
         Args:
             body: the request body, in the wire format.
@@ -94,6 +96,8 @@ class Collector:
             WireError: the batch is malformed; nothing of it was taken.
             PermissionError: the token is bound to another job.
         """
+        if is_block_body(body):
+            return self.ingest_blocks(body, bound_job=bound_job)
         try:
             batch = decode_batch(body)
         except WireError:
@@ -123,6 +127,48 @@ class Collector:
         self.stats["batches"] += 1
         self.stats["records"] += len(batch.records)
         return IngestResult(accepted=len(batch.records), duplicate=False, commands=commands)
+
+    def ingest_blocks(self, body: bytes, *, bound_job: str | None = None) -> IngestResult:
+        """Take one block batch (one rank's, or many ranks' from an aggregator).
+
+        The reply is a raw batch's (``accepted`` counts the op records the blocks stand for),
+        plus ``block_seqs``: the block size of each group whose entry did not use the settled
+        one. Commands carry a ``rank`` key, as a body may speak for several ranks.
+
+        Raises:
+            WireError, PermissionError: as ``ingest``.
+        """
+        try:
+            got = decode_blocks(body)
+            if bound_job is not None and got.job != bound_job:
+                raise PermissionError(f"this ingest token may only send batches for job {bound_job!r}")
+            check_membership(got.batch)
+        except (WireError, PermissionError):
+            self.stats["rejected"] += 1
+            raise
+        now = self.clock()
+        job = self._job(got.job, now)
+        ranks = [int(r["rank"]) for r in got.rank_info]
+        with job.lock:
+            bb = job.apply_blocks(got, now)
+            sizes = job.block_sizes(got.batch.groups)
+            if bb is None:
+                self.stats["duplicates"] += 1
+                commands = [c | {"rank": r} for r in ranks for c in job.commands_for(r, now)]
+                return IngestResult(accepted=0, duplicate=True, commands=commands, block_seqs=sizes)
+            accepted = int(bb.blocks["count"].sum(dtype="int64"))
+            job.wire_bytes += len(body)
+            if job.detector is None and self.detector_factory is not None:
+                job.detector = self.detector_factory(job.job_id)
+            if job.detector is not None:
+                try:
+                    job.detector.observe_blocks(bb, now)
+                except Exception:
+                    logger.exception("detector failed on a block batch of job %s", job.job_id)
+            commands = [c | {"rank": r} for r in ranks for c in job.commands_for(r, now)]
+        self.stats["batches"] += 1
+        self.stats["records"] += accepted
+        return IngestResult(accepted=accepted, duplicate=False, commands=commands, block_seqs=sizes)
 
     def _job(self, job_id: str, now: float) -> JobState:
         """The job's state, if this process holds (or can take) its lease.

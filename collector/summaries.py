@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from rankwatch.sim.blocks import BlockBatch
 from rankwatch.wire import KIND_NAMES, Records
 
 __all__ = ["BUCKETS", "GroupSummaries", "bucket_of", "hist_percentile_ms", "summary_public"]
@@ -96,6 +97,8 @@ class _Queue:
         self.nbytes = np.empty(capacity, np.float64)
         self.windows: list[tuple[int, float]] = []  # (offset, window start) where a window begins
         self.reports: list[tuple[float, int, list[int]]] = []  # (window, rank, the groups its batch named)
+        # block batches: (window, group index per block row, block rows, progress ranks, their group index)
+        self.blocks: list[tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
 
     def append(self, start: float, rank: int, groups: list[int], lut: np.ndarray, r: Records) -> None:
         k = len(r)
@@ -135,6 +138,8 @@ class GroupSummaries:
         self._index: dict[str, int] = {}
         self._gids: list[str] = []
         self._queue = _Queue()
+        self._blocks: list[tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._queued_blocks = 0
         self.dropped = 0
 
     def window_start(self, now: float) -> float:
@@ -163,17 +168,48 @@ class GroupSummaries:
             index.append(j)
         self._queue.append(self.window_start(now), rank, index, np.array(index, dtype=np.intp), r)
 
+    def add_blocks(self, gids: tuple[str, ...], bb: BlockBatch, now: float) -> None:
+        """Queue a block batch's rows (received at ``now``).
+
+        A block row stands for ``count`` ops; they go into the histogram at the row's mean time
+        inside them, so in block mode percentiles are those of block means (the minimum and
+        maximum stay exact).
+        """
+        b = bb.blocks
+        n = int(b["count"].sum(dtype=np.int64)) if b.shape[0] else 0
+        if not n:
+            return
+        if self._queued_blocks + n > MAX_QUEUED:
+            self.dropped += n
+            return
+        lut = np.array([self._gindex(gid) for gid in gids], dtype=np.intp)
+        pr = bb.progress
+        self._blocks.append(
+            (self.window_start(now), lut[b["group"].astype(np.intp)], b, pr["rank"], lut[pr["group"].astype(np.intp)])
+        )
+        self._queued_blocks += n
+
+    def _gindex(self, gid: str) -> int:
+        j = self._index.get(gid)
+        if j is None:
+            j = self._index[gid] = len(self._gids)
+            self._gids.append(gid)
+        return j
+
     @property
     def pending(self) -> bool:
-        return self._queue.n > 0
+        return self._queue.n > 0 or bool(self._blocks)
 
     def take_pending(self) -> _Queue:
-        """What ``add`` queued since the last call (call under the job's lock)."""
+        """What ``add`` and ``add_blocks`` queued since the last call (call under the job's lock)."""
         out, self._queue = self._queue, _Queue(max(1024, self._queue.n))
+        out.blocks, self._blocks, self._queued_blocks = self._blocks, [], 0
         return out
 
     def fold(self, queue: _Queue) -> None:
-        """Fold queued records into their windows (by the persisting thread only)."""
+        """Fold queued records and block rows into their windows (by the persisting thread only)."""
+        if queue.blocks:
+            self._fold_blocks(queue.blocks)
         if not queue.n:
             return
         ends = [off for off, _ in queue.windows[1:]] + [queue.n]
@@ -220,6 +256,58 @@ class GroupSummaries:
             name = KIND_NAMES.get(k, str(k))
             kinds = touched[gi].kinds
             kinds[name] = kinds.get(name, 0) + n
+
+    def _fold_blocks(self, parts: list[tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        by_start: dict[float, list[int]] = {}
+        for i, p in enumerate(parts):
+            by_start.setdefault(p[0], []).append(i)
+        ngroups = len(self._gids)
+        for start, idx in by_start.items():
+            g = np.concatenate([parts[i][1] for i in idx])
+            b = np.concatenate([parts[i][2] for i in idx])
+            if not g.shape[0]:
+                continue
+            cnt = b["count"].astype(np.int64)
+            w_cnt = cnt.astype(np.float64)
+            per_group = np.bincount(g, weights=w_cnt, minlength=ngroups).astype(np.int64)
+            byte_sum = np.bincount(g, weights=w_cnt * b["nbytes"], minlength=ngroups)
+            tsum = np.bincount(g, weights=b["sum_ns"].astype(np.float64), minlength=ngroups)
+            seq_lo = b["block"] * b["block_seqs"].astype(np.int64) + 1
+            tmin = np.full(ngroups, _I64_MAX, np.int64)
+            np.minimum.at(tmin, g, b["min_ns"])
+            tmax = np.zeros(ngroups, np.int64)
+            np.maximum.at(tmax, g, b["max_ns"])
+            smin = np.full(ngroups, _I64_MAX, np.int64)
+            np.minimum.at(smin, g, seq_lo)
+            smax = np.zeros(ngroups, np.int64)
+            np.maximum.at(smax, g, b["seq_hi"])
+            mean = b["sum_ns"] // np.maximum(cnt, 1)
+            hist = np.bincount(g * BUCKETS + bucket_of(mean), weights=w_cnt, minlength=ngroups * BUCKETS)
+            hist = hist.astype(np.int64).reshape(ngroups, BUCKETS)
+            kinds = np.bincount(g * 256 + b["kind"].astype(np.intp), weights=w_cnt, minlength=ngroups * 256)
+            touched: dict[int, _Window] = {}
+            for gi in np.flatnonzero(per_group).tolist():
+                w = touched[gi] = self._window(self._gids[gi], start)
+                w.ops += int(per_group[gi])
+                w.nbytes += int(byte_sum[gi])
+                w.seq_first = min(w.seq_first, int(smin[gi]))
+                w.seq_last = max(w.seq_last, int(smax[gi]))
+                w.tsum_ns += float(tsum[gi])
+                w.tmin_ns = min(w.tmin_ns, int(tmin[gi]))
+                w.tmax_ns = max(w.tmax_ns, int(tmax[gi]))
+                w.hist += hist[gi]
+                w.dirty = True
+                for k in np.flatnonzero(kinds[gi * 256 : (gi + 1) * 256]).tolist():
+                    name = KIND_NAMES.get(k, str(k))
+                    w.kinds[name] = w.kinds.get(name, 0) + int(kinds[gi * 256 + k])
+            ranks = np.concatenate([parts[i][3] for i in idx]).astype(np.int64)
+            rg = np.concatenate([parts[i][4] for i in idx])
+            pairs = np.unique(rg * (1 << 32) + ranks)
+            pg, pr = pairs >> 32, pairs & 0xFFFFFFFF
+            for gi in np.unique(pg).tolist():
+                seen = self.windows.get((self._gids[gi], start))
+                if seen is not None:
+                    seen.reporters.update(pr[pg == gi].tolist())
 
     def _window(self, gid: str, start: float) -> _Window:
         w = self.windows.get((gid, start))

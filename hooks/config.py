@@ -7,11 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rankwatch.env import (
+    BLOCK_MODE_MIN_WORLD_ENV,
     COLLECTOR_URL_ENV,
     CONTROL_ENV,
     FLUSH_ENV,
     INJECT_ENV,
     RING_MB_ENV,
+    WIRE_MODE_ENV,
     CollectorURL,
     env_flag,
     parse_collector_url,
@@ -19,6 +21,10 @@ from rankwatch.env import (
 from rankwatch.errors import ConfigError
 
 __all__ = ["HooksConfig"]
+
+WIRE_MODES = ("auto", "raw", "blocks")
+BLOCK_MODE_MIN_WORLD = 1024
+"""In ``auto`` wire mode, jobs of at least this many ranks send block summaries."""
 
 RECORD_COST_BYTES = 320
 """What one record costs in the ring: a 9-tuple and its ints, measured with tracemalloc."""
@@ -42,6 +48,17 @@ class HooksConfig:
     """HTTP timeout for one batch; a hanging collector costs the shipper thread this, never training."""
     stack_after_s: float = 2.0
     """An op in flight (or no new op entered) this long, and slow for its group, sends the stack."""
+    wire_mode: str = "auto"
+    """``raw`` records, ``blocks`` summaries, or ``auto``: blocks from ``block_min_world`` ranks
+    (``RANKWATCH_WIRE_MODE``)."""
+    block_min_world: int = BLOCK_MODE_MIN_WORLD
+    """World size from which ``auto`` sends blocks (``RANKWATCH_BLOCK_MODE_MIN_WORLD``)."""
+    block_s: float = 0.2
+    """About how long one block spans (the detector's ``raw_block_s``: both modes cut alike)."""
+
+    def blocks_for(self, world: int) -> bool:
+        """Whether a job of ``world`` ranks ships block summaries."""
+        return self.wire_mode == "blocks" or (self.wire_mode == "auto" and world >= self.block_min_world)
 
     @property
     def ring_records(self) -> int:
@@ -64,6 +81,8 @@ class HooksConfig:
             ring_mb=_positive(env, RING_MB_ENV, 64.0),
             control=env_flag(CONTROL_ENV, env),
             inject=env.get(INJECT_ENV, ""),
+            wire_mode=_choice(env, WIRE_MODE_ENV, WIRE_MODES),
+            block_min_world=int(_positive(env, BLOCK_MODE_MIN_WORLD_ENV, BLOCK_MODE_MIN_WORLD)),
         )
 
 
@@ -78,3 +97,10 @@ def _positive(env: Mapping[str, str], name: str, default: float) -> float:
     if value <= 0:
         raise ConfigError(f"{name} must be positive, not {raw!r}")
     return value
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    raw = (env.get(name) or choices[0]).strip().lower()
+    if raw not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {raw!r}")
+    return raw

@@ -5,6 +5,9 @@ numbers, what is in flight and since when, the training thread's stack when some
 and POSTs one batch to ``/ingest``. A collector that is down, hangs or answers garbage costs
 this thread timeouts and backoff; training never waits on it, and records pile up in the bounded
 ring meanwhile (the overflow is counted and reported when the collector is back).
+
+Large jobs ship block summaries instead of raw records (``blockmode.py``): same header, same
+replies, the records summarised per group and block of sequence numbers.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rankwatch import __version__
+from rankwatch.blockwire import BLOCK_CONTENT_TYPE, rank_body
+from rankwatch.hooks.blockmode import BlockShaper
 from rankwatch.wire import CONTENT_TYPE, KIND_NAMES, Records, encode_batch, ranks_to_runs
 
 if TYPE_CHECKING:
@@ -116,6 +121,9 @@ class Shipper:
         self._seen_commands: set[str] = set()
         self._exit_lock = threading.Lock()
         self._job_tries = 0
+        self.shaper = BlockShaper(flush_s=cfg.flush_s, block_s=cfg.block_s, max_held=cfg.ring_records)
+        self.blocks_refused = False  # the collector does not take block batches: raw from then on
+        self._pending_blocks = False
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="rankwatch-shipper", daemon=True)
@@ -196,7 +204,15 @@ class Shipper:
         rows = rec.ring.drain(MAX_RECORDS_PER_BATCH)
         records = _records(rows)
         self._learn_durations(records)
+        blocks = not self.blocks_refused and rec.config.blocks_for(world)
+        sizes: dict[int, int] = {}
+        wants: dict[int, int] = {}
+        if blocks:
+            keys = [st.key for st in list(rec.groups)]
+            records, sizes, wants = self.shaper.shape(records, keys, now, final=final)
         referenced = {int(g) for g in set(records.group.tolist())} if len(records) else set()
+        if blocks and len(self.shaper.held):
+            referenced |= {int(g) for g in set(self.shaper.held.group.tolist())}
         groups, position, stuck = self._groups(now, world, referenced)
         if len(records):
             import numpy as np
@@ -244,7 +260,39 @@ class Shipper:
         self._ignored_commands.clear()
         self.batch_no += 1
         self._pending_records = len(records)
+        self._pending_blocks = blocks
+        if blocks:
+            return self._block_body(header, records, position, sizes, wants)
         return encode_batch(header, records)
+
+    def _block_body(
+        self,
+        header: dict[str, Any],
+        records: Records,
+        position: dict[int, int],
+        sizes: dict[int, int],
+        wants: dict[int, int],
+    ) -> bytes:
+        """The batch as block summaries: each group entry says the block size its rows use, or
+        proposes one while the collector has not settled it."""
+        import numpy as np
+
+        from rankwatch.sim.blocks import summarise
+
+        groups = header["groups"]
+        bs = np.ones(max(1, len(groups)), np.int64)
+        known = self.shaper.sizes
+        for st in list(self.rec.groups):
+            pos = position.get(st.gidx)
+            if pos is None:
+                continue
+            b = sizes.get(st.gidx) or known.get(st.key)
+            if b:
+                groups[pos]["block_seqs"] = bs[pos] = b
+            elif st.gidx in wants:
+                groups[pos]["block_want"] = wants[st.gidx]
+        header["drops"] = int(header.get("drops", 0)) + self.shaper.dropped
+        return rank_body(header, summarise(records, int(header["rank"]), bs))
 
     def _groups(self, now: int, world: int, referenced: set[int]) -> tuple[list[dict[str, Any]], dict[int, int], bool]:
         """Header entries for live groups (and retired ones this batch has records of)."""
@@ -335,8 +383,11 @@ class Shipper:
 
     # -- sending ----------------------------------------------------------------------------------
     def _send(self, body: bytes, timeout: float) -> bool:
+        headers = self.headers
+        if self._pending_blocks:
+            headers = headers | {"Content-Type": BLOCK_CONTENT_TYPE}
         try:
-            status, data = self.transport(body, self.headers, timeout)
+            status, data = self.transport(body, headers, timeout)
         except Exception as exc:
             self._failed(f"{type(exc).__name__}: {exc}")
             return False
@@ -354,6 +405,9 @@ class Shipper:
         # 4xx: the collector will never take this batch; drop it, say so once, go on
         self.rejected_batches += 1
         self._pending = None
+        if status == 415 and self._pending_blocks and not self.blocks_refused:
+            self.blocks_refused = True  # a collector older than block mode: raw batches from now on
+            logger.warning("rankwatch: the collector does not take block summaries; sending raw records")
         msg = data[:300].decode("utf-8", "replace")
         if self.rejected_batches <= 3:
             logger.warning("rankwatch: collector rejected a batch (HTTP %s): %s", status, msg)
@@ -374,6 +428,7 @@ class Shipper:
             return  # garbage: ignore
         if not isinstance(reply, dict):
             return
+        self.shaper.learn(reply.get("block_seqs"))
         commands = reply.get("commands")
         if not isinstance(commands, list):
             return

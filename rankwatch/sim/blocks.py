@@ -11,8 +11,8 @@ sequence being counted per peer.
 ``BlockBatch`` carries, for many ranks at once (one rank's shipper, or a per-node agent),
 everything the detector needs: identity and liveness per rank, per-group progress (entered,
 completed, in flight since), point-to-point ops in flight, and the blocks. ``from_batch`` turns a
-raw ``wire.Batch`` into one, so the detector has a single way in. The wire encoding of block
-batches is not defined yet; this module is the structure it will carry.
+raw ``wire.Batch`` into one, so the detector has a single way in. ``rankwatch.blockwire`` is
+their wire encoding (what ranks in block mode, and aggregators, send).
 
     BLOCK_DTYPE      per (rank, group, class, block): count, sum/min/max ns, first/last enter
     PROGRESS_DTYPE   per (rank, group): entered, completed, in flight since

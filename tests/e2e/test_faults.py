@@ -1,4 +1,5 @@
-"""Faults in real jobs, found by the real service: two torchrun agents stand in for two nodes.
+"""Faults in real jobs, found by the real service: two torchrun agents stand in for two nodes
+(in raw mode, and at the end in block mode).
 
 Each test launches nodeA (ranks 0, 1) and nodeB (ranks 2, 3) as two torchrun agents with a
 static rendezvous on loopback, breaks one rank or node — through ``RANKWATCH_INJECT``, a training
@@ -182,5 +183,61 @@ def test_first_casualty_of_a_crash(service: Service, tmp_path: Path) -> None:
         time.sleep(2)
         blamed = {r for x in _suspects(service, job) for r in x["ranks"]}
         assert blamed == {2}, _suspects(service, job)
+    finally:
+        nodes.stop()
+
+
+# -- block mode: the ranks ship block summaries (RANKWATCH_WIRE_MODE=blocks) instead of records ------
+BLOCKS = {"RANKWATCH_WIRE_MODE": "blocks"}
+
+
+def test_block_mode_job_groups_and_progress(service: Service, tmp_path: Path) -> None:
+    job = "blocks-healthy"
+    steps = 200
+    nodes = TwoNodes(tmp_path, service, job, [str(steps), "0.02", "out"], **BLOCKS)
+    try:
+        assert nodes.wait() == [0, 0]
+    finally:
+        nodes.stop()
+    info: dict[str, Any] = service.wait_job(
+        job, lambda j: len(j["ranks"]) == 4 and all(r["state"] == "goodbye" for r in j["ranks"])
+    )
+    assert sorted(r["rank"] for r in info["ranks"]) == [0, 1, 2, 3]
+    assert {r["node"] for r in info["ranks"]} == {"nodeA", "nodeB"}
+    world = next(g for g in info["groups"] if g["ranks"] == [0, 1, 2, 3])
+    assert world["block_seqs"] is not None and world["block_seqs"] > 1  # the ranks sent blocks
+    assert world["last_seq"] >= steps  # every step's all-reduce (and the start-up collectives)
+    assert world["op_counts"].get("all_reduce", 0) >= 4 * steps  # every rank's, none lost in blocks
+    for r in info["ranks"]:
+        assert r["ops"] >= steps and r["drops"] == 0, r
+    time.sleep(2)
+    assert _suspects(service, job) == []
+
+
+def test_straggler_is_found_in_block_mode(service: Service, tmp_path: Path) -> None:
+    job = "blocks-slow-rank"
+    nodes = TwoNodes(
+        tmp_path, service, job, ["400", "0.03", "out"], RANKWATCH_INJECT="slow:rank=1,delay=0.03,after=3", **BLOCKS
+    )
+    try:
+        s = _wait_suspect(service, job, lambda s: s["kind"] == "noncomm_slow")
+        assert (s["level"], s["ranks"], s["nodes"]) == ("rank", [1], ["nodeA"]), s
+        assert s["slowdown"] is not None and 1.3 < s["slowdown"] < 2.5, s
+        info = service.job(job)
+        assert info is not None and all(g["block_seqs"] for g in info["groups"] if g["ops"]), info["groups"]
+    finally:
+        nodes.stop()
+    assert len([x for x in _suspects(service, job) if x["kind"] == "noncomm_slow"]) == 1
+
+
+def test_stalled_rank_is_a_noncomm_hang_in_block_mode(service: Service, tmp_path: Path) -> None:
+    job = "blocks-hang"
+    nodes = TwoNodes(tmp_path, service, job, ["3000", "0.02", "out"], RANKWATCH_INJECT="stall:rank=2,seq=700", **BLOCKS)
+    try:
+        s = _wait_suspect(service, job, lambda s: s["kind"] == "noncomm_hang", timeout=90)
+        assert s["ranks"] == [2] and s["level"] == "rank", s
+        assert s["detection_latency_s"] <= 15, s
+        detail = service.get(f"/suspects/{s['id']}")
+        assert "loop.py" in str(detail["evidence"]), detail["evidence"]  # the stack still travels
     finally:
         nodes.stop()

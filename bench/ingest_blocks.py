@@ -1,0 +1,220 @@
+"""Ingest in block mode, next to raw mode: a real ``rankwatch serve`` on loopback.
+
+The load is a simulated hybrid-parallel job (``rankwatch.sim``: tensor parallel 8 per node,
+pipeline 8, data parallel the rest) at 100 collectives per rank per second, its ranks summarising
+their ops into sequence-aligned blocks of at most 64 sequence numbers (``rankwatch.sim.stream``,
+a block spanning about ``--block-s``), encoded with ``rankwatch.blockwire`` and POSTed to
+``/ingest``. Every body goes through the whole service path: decode and checks, membership,
+the job's ranks, groups and summaries, ``detector.observe_blocks``, and the analysis loop
+(``evaluate``) and persist loop in the background. The server is pinned to one CPU, the load
+generator to another; "per core" is op records (what the blocks stand for) per second of the
+server process's CPU time, all its threads, read from /proc.
+
+  block, aggregated   one body per 1,024 ranks per second (a rack-level aggregator's batch)
+  block, per rank     one body per rank per second, as each rank's shipper sends it
+  block, agent        eight ranks' bodies per request in a multi-batch, as ``rankwatch agent`` sends
+  raw                 ``bench/ingest.py``'s throughput run (the same server, raw records)
+
+    python bench/ingest_blocks.py [--seconds 20] [--growth 1024,8192,98304] [--no-raw] [--no-per-rank]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ingest import closed_loop, run, start_server, throughput
+
+from rankwatch.blockwire import BLOCK_CONTENT_TYPE, encode_blocks
+from rankwatch.multibatch import MULTI_CONTENT_TYPE, encode_multi
+from rankwatch.sim import PROFILES, Layout, Scenario, Workload
+from rankwatch.sim.blocks import BlockBatch
+from rankwatch.sim.layout import node_name
+from rankwatch.sim.stream import stream_blocks
+
+RATE = 100.0
+
+
+def layout_for(ranks: int) -> Layout:
+    """tp=8 per node, 8 pipeline stages (2 below 512 ranks), data parallel the rest."""
+    pp = 8 if ranks >= 512 else 2
+    return Layout(tp=8, pp=pp, dp=max(1, ranks // (8 * pp)))
+
+
+def _per_rank(bb: BlockBatch) -> list[BlockBatch]:
+    """Split an aggregator's batch into what each rank's shipper sends (its own groups only)."""
+    out = []
+    tables = {}
+    for name in ("progress", "p2p", "blocks"):
+        rows = getattr(bb, name)
+        rows = rows[np.argsort(rows["rank"], kind="stable")]
+        bounds = np.searchsorted(rows["rank"], np.r_[bb.ranks["rank"], np.iinfo(np.int32).max])
+        tables[name] = (rows, bounds)
+    remap = np.full(len(bb.groups), -1, np.int64)
+    for i in range(bb.ranks.shape[0]):
+        parts = {name: rows[bounds[i] : bounds[i + 1]].copy() for name, (rows, bounds) in tables.items()}
+        used = np.unique(parts["progress"]["group"])
+        remap[used] = np.arange(used.shape[0])
+        for rows in parts.values():
+            rows["group"] = remap[rows["group"].astype(np.int64)]
+        out.append(
+            BlockBatch(
+                groups=[bb.groups[g] for g in used.tolist()],
+                ranks=bb.ranks[i : i + 1],
+                progress=parts["progress"],
+                p2p=parts["p2p"],
+                blocks=parts["blocks"],
+                nodes={},
+            )
+        )
+    return out
+
+
+def workload(ranks: int, seconds: float, block_s: float, per_rank: bool) -> tuple[int, list[list[bytes]], list[int]]:
+    """Bodies per simulated second, and the op records each second's bodies stand for."""
+    lay = layout_for(ranks)
+    sc = Scenario(
+        "bench",
+        layout=lay,
+        workload=Workload.for_rate(RATE, lay),
+        profile=PROFILES["quiet"],
+        duration=seconds,
+        seed=7,
+    )
+    gpn = lay.gpus_per_node
+    rounds: list[list[bytes]] = []
+    records: list[int] = []
+    second = -1
+    for d in stream_blocks(sc, agent_ranks=1024, block_s=block_s):
+        k = int(d.received_at)
+        if k != second:
+            rounds.append([])
+            records.append(0)
+            second = k
+        bb = d.batch
+        records[-1] += int(bb.blocks["count"].sum())
+        pieces = _per_rank(bb) if per_rank else [bb]
+        for piece in pieces:
+            infos = [
+                {"rank": r, "node": node_name(r // gpn), "incarnation": f"0-{r}-bench", "batch": k, "pid": 10_000 + r}
+                for r in piece.ranks["rank"].tolist()
+            ]
+            rounds[-1].append(encode_blocks("blocks", lay.world, piece, infos))
+    return lay.world, rounds, records
+
+
+def measure(
+    label: str,
+    cpu_pin: int | None,
+    rounds: list[list[bytes]],
+    records: list[int],
+    warm: int,
+    multi: int = 0,
+    paced: bool = False,
+) -> float:
+    """Send every round; server CPU per record over the rounds after ``warm``.
+
+    Closed loop sends each round as fast as the server takes it; ``paced`` sends one round (one
+    second of training) per second, as the job would, so the background loops (persist every
+    2 s, analysis every 0.5 s) run as often per second of training as they would live.
+    """
+    srv = start_server(None, cpu_pin)
+    try:
+        ctype = BLOCK_CONTENT_TYPE
+        if multi:
+            rounds = [[encode_multi(r[i : i + multi]) for i in range(0, len(r), multi)] for r in rounds]
+            ctype = MULTI_CONTENT_TYPE
+        conns = 16 if len(rounds[0]) > 16 else max(1, len(rounds[0]))
+        for r in rounds[:warm]:
+            run(closed_loop(srv.port, r, conns, ctype))
+        time.sleep(1.0)  # the first write of the new ranks and groups is behind us
+        c0, w, late = srv.cpu_s(), 0.0, 0
+        t_next = time.perf_counter()
+        for r in rounds[warm:]:
+            w += float(run(closed_loop(srv.port, r, conns, ctype)))  # type: ignore[arg-type]
+            if paced:
+                t_next += 1.0
+                wait = t_next - time.perf_counter()
+                late += wait < 0
+                time.sleep(max(0.0, wait))
+        if paced:
+            w = time.perf_counter() - t_next + len(rounds[warm:])
+        cpu = srv.cpu_s() - c0
+        job = httpx.get(f"http://127.0.0.1:{srv.port}/jobs/blocks", timeout=30).json()
+        if job["ops"] != sum(records):
+            raise RuntimeError(f"the server counted {job['ops']} op records of the {sum(records)} sent")
+        n = sum(records[warm:])
+        bodies = sum(len(r) for r in rounds[warm:])
+        mb = sum(len(b) for r in rounds[warm:] for b in r) / 1e6
+        print(
+            f"  {label:<26} {n / cpu:>11,.0f} records/s per core of server CPU  "
+            f"({bodies / cpu:,.0f} requests/s; {n / w:,.0f} records/s wall, server {100 * cpu / w:.0f}% of its core; "
+            f"{mb / len(rounds[warm:]):.2f} MB per second of training"
+            + (f"; {late} of {len(rounds[warm:])} seconds sent late)" if paced else ")"),
+            flush=True,
+        )
+        return n / cpu
+    finally:
+        srv.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, default=1024)
+    ap.add_argument("--seconds", type=int, default=20, help="simulated seconds sent, the first --warm not counted")
+    ap.add_argument("--warm", type=int, default=5)
+    ap.add_argument("--block-s", type=float, default=0.64, help="about how long a block spans (0.64: 64 ops at 100/s)")
+    ap.add_argument("--growth", help="job sizes for the growth series (aggregated bodies), e.g. 1024,8192,98304")
+    ap.add_argument("--no-raw", action="store_true", help="skip the raw-mode figures")
+    ap.add_argument("--no-per-rank", action="store_true", help="skip the per-rank and agent block figures")
+    args = ap.parse_args()
+    cpus = sorted(os.sched_getaffinity(0))
+    pins: tuple[int | None, int | None] = (cpus[-1], cpus[0]) if len(cpus) > 1 else (None, None)
+    if pins[1] is not None:
+        os.sched_setaffinity(0, {pins[1]})
+    where = f"server pinned to CPU {pins[0]}, load generator to CPU {pins[1]}" if pins[0] is not None else "unpinned"
+    print(
+        f"rankwatch ingest benchmark, block mode vs raw, {RATE:.0f} collectives per rank per second, "
+        f"blocks of at most 64 sequence numbers ({where}; SQLite)"
+    )
+    print(
+        f"throughput ({args.ranks:,} ranks, {args.seconds - args.warm} s of training after {args.warm} s, closed loop):"
+    )
+    world, rounds, records = workload(args.ranks, args.seconds, args.block_s, per_rank=False)
+    rows = sum(
+        int(np.frombuffer(b[24:28], "<u4")[0]) for r in rounds[args.warm :] for b in r
+    )  # block rows, from each body's prefix
+    print(
+        f"  (job of {world:,} ranks: {sum(records[args.warm :]) / (args.seconds - args.warm):,.0f} op records/s "
+        f"as {rows / (args.seconds - args.warm):,.0f} block rows/s, "
+        f"{sum(records[args.warm :]) / max(rows, 1):.1f} records per row)"
+    )
+    measure("block, aggregated (1,024)", pins[0], rounds, records, args.warm)
+    if not args.no_per_rank:
+        _, rounds, records = workload(args.ranks, args.seconds, args.block_s, per_rank=True)
+        measure("block, per rank", pins[0], rounds, records, args.warm)
+        measure("block, agent (8 per req.)", pins[0], rounds, records, args.warm, multi=8)
+    del rounds
+    if not args.no_raw:
+        print("raw mode, the same server (bench/ingest.py's throughput run, 1,000 ranks):")
+        throughput(None, pins)
+    if args.growth:
+        print("growth (aggregated block bodies, 1,024 ranks each, one second of training per second):")
+        for n in [int(x) for x in args.growth.split(",")]:
+            t0 = time.perf_counter()
+            world, rounds, records = workload(n, args.seconds, args.block_s, per_rank=False)
+            gen = time.perf_counter() - t0
+            measure(f"{world:,} ranks", pins[0], rounds, records, args.warm, paced=True)
+            print(f"    (simulating and encoding it took {gen:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
