@@ -18,12 +18,14 @@ from rankwatch.hooks.cuda import CudaPoller
 
 
 class _Work:
-    def __init__(self, done_after: float, duration_ms: float | None) -> None:
-        self.t = time.monotonic() + done_after
+    """A stand-in work the test completes by hand (no timing: a loaded machine cannot flake it)."""
+
+    def __init__(self, done: bool, duration_ms: float | None) -> None:
+        self.done = done
         self.ms = duration_ms
 
     def is_completed(self) -> bool:
-        return time.monotonic() >= self.t
+        return self.done
 
     def _get_duration(self) -> float:
         if self.ms is None:
@@ -42,11 +44,12 @@ def test_poller_stamps_completed_works_with_their_gpu_duration() -> None:
     st = _State()
     poller = CudaPoller(recorder=None)  # type: ignore[arg-type]
     now = time.perf_counter_ns() - 10_000_000  # entered 10 ms ago: a 2.5 ms GPU time fits after it
-    for op, (after, ms) in enumerate([(0.0, 2.5), (0.05, None), (10.0, 1.0)], start=1):
+    works = [_Work(True, 2.5), _Work(False, None), _Work(False, 1.0)]
+    for op, work in enumerate(works, start=1):
         st.inflight[op] = [now, None, 1, 1, -1, op, 64, op, 0]
-        poller.add(st, op, _Work(after, ms))
+        poller.add(st, op, work)
     assert poller.poll_once() == 2  # the first is done, two pending
-    time.sleep(0.06)
+    works[1].done = True
     assert poller.poll_once() == 1  # the third is still running on the "GPU"
     assert set(st.inflight) == {3}
     first, second = st.records
