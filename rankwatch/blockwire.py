@@ -55,6 +55,8 @@ from rankwatch.wire import (
     Records,
     _tname,
     _validate_group,
+    inflate,
+    read_header,
 )
 
 __all__ = [
@@ -209,26 +211,12 @@ def decode_blocks(body: bytes) -> BlockBody:
     ):
         if n > limit:
             raise WireError(f"block batch has {n} {what} rows; the limit is {limit}")
-    end = _PREFIX.size + head_len
-    if len(body) < end:
-        raise WireError("block batch is truncated inside its header")
-    try:
-        header = json.loads(body[_PREFIX.size : end])
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise WireError(f"header is not valid JSON: {exc}") from None
-    if not isinstance(header, dict):
-        raise WireError("header must be a JSON object")
+    header, end = read_header(body, _PREFIX.size, head_len, "block batch")
     counts = {"ranks": n_ranks, "progress": n_prog, "p2p": n_p2p, "blocks": n_blocks}
     need = sum(_ROW_BYTES[name] * n for name, n in counts.items())
     block = body[end:]
     if flags & FLAG_ZLIB:
-        try:
-            d = zlib.decompressobj()
-            block = d.decompress(block, need + 1)
-            if d.unconsumed_tail or not d.eof:
-                raise WireError("column block does not decompress to the expected size")
-        except zlib.error as exc:
-            raise WireError(f"column block is not valid zlib data: {exc}") from None
+        block = inflate(block, need)
     if len(block) != need:
         raise WireError(f"column block is {len(block)} bytes; the row counts in the prefix need {need}")
     tables: dict[str, np.ndarray] = {}

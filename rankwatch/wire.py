@@ -43,6 +43,8 @@ import numpy as np
 from rankwatch.errors import WireError
 
 __all__ = [
+    "inflate",
+    "read_header",
     "CONTENT_TYPE",
     "DTYPES",
     "MAX_BODY_BYTES",
@@ -282,24 +284,10 @@ def decode_batch(body: bytes) -> Batch:
         raise WireError(f"header is {head_len} bytes; the limit is {MAX_HEADER_BYTES}")
     if n > MAX_RECORDS:
         raise WireError(f"batch has {n} records; the limit is {MAX_RECORDS}")
-    end = _PREFIX.size + head_len
-    if len(body) < end:
-        raise WireError("batch is truncated inside its header")
-    try:
-        header = json.loads(body[_PREFIX.size : end])
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise WireError(f"header is not valid JSON: {exc}") from None
-    if not isinstance(header, dict):
-        raise WireError("header must be a JSON object")
+    header, end = read_header(body, _PREFIX.size, head_len, "batch")
     block = body[end:]
     if flags & FLAG_ZLIB:
-        try:
-            d = zlib.decompressobj()
-            block = d.decompress(block, n * _ROW_BYTES + 1)
-            if d.unconsumed_tail or not d.eof:
-                raise WireError("column block does not decompress to the expected size")
-        except zlib.error as exc:
-            raise WireError(f"column block is not valid zlib data: {exc}") from None
+        block = inflate(block, n * _ROW_BYTES)
     if len(block) != n * _ROW_BYTES:
         raise WireError(f"column block is {len(block)} bytes; {n} records need {n * _ROW_BYTES}")
     cols: dict[str, np.ndarray] = {}
@@ -491,4 +479,38 @@ def runs_to_ranks(runs: list[list[int]]) -> list[int]:
     out: list[int] = []
     for start, stop, step in runs:
         out.extend(range(start, stop, step))
+    return out
+
+
+def read_header(body: bytes, start: int, head_len: int, what: str) -> tuple[dict[str, Any], int]:
+    """The JSON object header at ``body[start:start + head_len]`` and where it ends.
+
+    Raises:
+        WireError: truncated, not JSON, or not an object.
+    """
+    end = start + head_len
+    if len(body) < end:
+        raise WireError(f"{what} is truncated inside its header")
+    try:
+        header = json.loads(body[start:end])
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WireError(f"header is not valid JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise WireError("header must be a JSON object")
+    return header, end
+
+
+def inflate(block: bytes, size: int) -> bytes:
+    """zlib-decompress a column block that must come to exactly ``size`` bytes (never more: no zip bomb).
+
+    Raises:
+        WireError: not zlib, or not ``size`` bytes once decompressed.
+    """
+    try:
+        d = zlib.decompressobj()
+        out = d.decompress(block, size + 1)
+        if d.unconsumed_tail or not d.eof:
+            raise WireError("column block does not decompress to the expected size")
+    except zlib.error as exc:
+        raise WireError(f"column block is not valid zlib data: {exc}") from None
     return out
