@@ -648,6 +648,16 @@ class JobDetector:
             w = min(0.95, max(per_rank.values(), default=0.0))
             if w < cfg.comm_min_effect:
                 continue
+            base = self._base("comm_slow", cul.level, cul.ranks, cul.nodes, cul.link)
+            if (
+                cul.level == "link"
+                and {p[0] for p in cul.places} & {"nic", "rnic"}
+                and base["key"] not in self._tracks
+                and now - min(self._ch_slow[ch] for ch in cul.channels) < cfg.hold_s + cfg.link_hold_s
+            ):
+                # a link that a NIC at one end explains as well: the NIC's other channels may not have
+                # been judged yet (a slow NIC shows on its busiest link first), so wait a little for them
+                continue
             ev_ch = [
                 {
                     "group": topo.ch_name[ch],
@@ -661,7 +671,6 @@ class JobDetector:
                 for ch in cul.channels[:32]
             ]
             ev = {"slow_groups": ev_ch, "healthy_groups_compared": len(healthy_ch), **self._culprit_ev(cul)}
-            base = self._base("comm_slow", cul.level, cul.ranks, cul.nodes, cul.link)
             score = 0.5 if cul.ambiguous else float(min(0.99, 0.6 + 0.1 * len(cul.channels)))
             cands[base["key"]] = Finding(
                 **base,

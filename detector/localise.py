@@ -72,9 +72,15 @@ def localise(
         covered = {ch for ch in remaining if any(p in fp[ch] for p in preferred)}
         wider = any(covered < {ch for ch in remaining if p in fp[ch]} for p in cands if p not in preferred)
         if preferred and covered and not wider:
-            out.append(_culprit(topo, preferred, sorted(covered)))
-            remaining -= covered
-            cands -= set(preferred)
+            # of the places named before, the ones that explain most now: the name narrows or widens
+            # with the evidence (a link named first, then the rest of that node's channels: its NIC)
+            cov = {p: frozenset(ch for ch in covered if p in fp[ch]) for p in preferred}
+            best = max(len(c) for c in cov.values())
+            chosen = next(c for c in cov.values() if len(c) == best)
+            tied = [p for p in preferred if cov[p] == chosen]
+            out.append(_culprit(topo, tied, sorted(chosen)))
+            remaining -= chosen
+            cands -= set(tied)
     while remaining and cands:
         cover: dict[Place, frozenset[int]] = {}
         for p in cands:
