@@ -161,3 +161,30 @@ def test_version_2_is_read_and_version_1_stays_as_it_was() -> None:
     wrong = encode_blocks(own.job, own.world, own.batch, [own.rank_info[0] | {"group_entries": [99]}], per_rank=True)
     with pytest.raises(WireError, match=r"ranks\[0\].group_entries"):
         decode_blocks(wrong)
+
+
+def test_the_detector_learns_a_group_without_member_runs_from_one_merged_body() -> None:
+    """A group whose entry names no members is learnt from where each reporter sits; in a merged
+    body every member reports at once, and every one of them must count."""
+    from rankwatch.detector import DetectorConfig, JobDetector
+
+    own = []
+    for rank in range(4):
+        h = {
+            "job": "j",
+            "rank": rank,
+            "world": 4,
+            "node": f"n{rank // 2}",
+            "incarnation": f"i{rank}",
+            "batch": 0,
+            "mono_ns": 1_000_000_000,
+            "groups": [{"id": "g", "size": 4, "group_rank": 3 - rank, "entered": 0, "completed": 0}],
+        }
+        own.append(decode_blocks(rank_body(h, from_batch(h, Records.empty()).blocks)))
+    merged = decode_blocks(merge_bodies(own))
+    assert "ranks" not in merged.batch.groups[0] and len(merged.batch.groups) == 1
+    det = JobDetector(DetectorConfig())
+    det.observe_blocks(merged.batch, 100.0)
+    ch = det.topo.channel_id.get("g")
+    assert ch is not None
+    assert det.topo.slot_of(np.full(4, ch), np.arange(4)).min() >= 0  # every rank is a member
