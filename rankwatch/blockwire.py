@@ -409,6 +409,9 @@ def _validate_rows(bb: BlockBatch, world: int, rank_info: list[dict[str, Any]]) 
             raise WireError("a block row's block size differs from its group's block_seqs")
 
 
+_FEW = 16
+
+
 def check_membership(bb: BlockBatch) -> None:
     """Check that every row's rank is a member of the group it names (where the group says its
     members), as the collector does for raw batches.
@@ -426,20 +429,24 @@ def check_membership(bb: BlockBatch) -> None:
         np.concatenate([p["group"].astype(np.int64) * (1 << 32) + p["rank"].astype(np.int64) for p in parts])
     )
     g, r = key >> 32, key & 0xFFFFFFFF
-    bounds = np.searchsorted(g, np.arange(ng + 1))
+    bounds = np.searchsorted(g, np.arange(ng + 1)).tolist()
     for i, entry in enumerate(bb.groups):
         runs = entry.get("ranks")
-        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        lo, hi = bounds[i], bounds[i + 1]
         if not runs or lo == hi:
             continue
-        rs = r[lo:hi]
-        ok = np.zeros(rs.shape[0], bool)
-        for start, stop, step in runs:
-            ok |= (rs >= start) & (rs < stop) & ((rs - start) % step == 0)
-        if not ok.all():
-            raise WireError(
-                f"rank {int(rs[~ok][0])} reports groups[{i}] ({entry['id']!r}) but is not one of its members"
+        if hi - lo <= _FEW:  # a few reporters (a rank's or an agent's body): plain Python is cheaper
+            outsider = next(
+                (x for x in r[lo:hi].tolist() if not any(a <= x < b and (x - a) % c == 0 for a, b, c in runs)), None
             )
+        else:
+            rs = r[lo:hi]
+            ok = np.zeros(rs.shape[0], bool)
+            for start, stop, step in runs:
+                ok |= (rs >= start) & (rs < stop) & ((rs - start) % step == 0)
+            outsider = None if ok.all() else int(rs[~ok][0])
+        if outsider is not None:
+            raise WireError(f"rank {outsider} reports groups[{i}] ({entry['id']!r}) but is not one of its members")
 
 
 def rank_body(header: Mapping[str, Any], blocks: np.ndarray, *, compress: bool = True) -> bytes:
