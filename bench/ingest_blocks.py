@@ -12,10 +12,33 @@ server process's CPU time, all its threads, read from /proc.
 
   block, aggregated   one body per 1,024 ranks per second (a rack-level aggregator's batch)
   block, per rank     one body per rank per second, as each rank's shipper sends it
-  block, agent        eight ranks' bodies per request in a multi-batch, as ``rankwatch agent`` sends
+  block, agent        eight ranks' bodies per request in a multi-batch, as ``rankwatch agent``
+                      sent them before it merged (``--no-merge`` still does)
+  block, agent merged K ranks' own bodies merged into one body, as ``rankwatch agent`` sends them
+                      now: K = 8 (one agent per node of 8 ranks), 64 and 512 (a rack-level agent
+                      that ranks of many nodes point at; raise its ``--max-batches`` to match)
   raw                 ``bench/ingest.py``'s throughput run (the same server, raw records)
 
-    python bench/ingest_blocks.py [--seconds 20] [--growth 1024,8192,98304] [--no-raw] [--no-per-rank]
+The merged rows send the exact bytes the agent sends, not a live agent process: each second's
+per-rank bodies are cut into runs of K ranks and packed by ``rankwatch.blockmerge.pack``, the
+function the agent calls at each flush (a live agent would add its linger, not change the bytes or
+the server's work). Their requests carry one merged body each, as the agent sends one job's
+bodies under one token. "agent CPU" is what that packing cost here, per rank body (decode, checks,
+merge and re-encode): the agent's side, spread over the nodes, not the server's.
+
+Measured on the 2-core development machine (server pinned to one core, shared with other sessions;
+closed loop, 15 s of training after 5 s; two runs), op records per second of server-process CPU:
+per rank 103-107k, multi-batch agent 130-138k, merged 8 ranks 0.57-0.58M (1.0M through
+``Collector.ingest`` alone, in process), merged 64 ranks 1.6-2.0M (2.5M), merged 512 ranks 3.6M
+(3.7M), aggregated 1,024 ranks 3.9-4.9M. So one agent per node of 8 ranks does not reach
+1,000,000 records/s per core of server CPU: what is left per merged body (HTTP, the checks and
+bookkeeping per group entry, the detector's per-batch work, and the background loops, which a
+closed loop runs as often per second of wall time as they would live) is paid over only ~840
+records. A rack-level agent merging 64 ranks or more does. The README's "Ingest performance in
+block mode" has one run's full output.
+
+    python bench/ingest_blocks.py [--seconds 20] [--merge 8,64,512] [--growth 1024,8192,98304] [--no-raw]
+                                  [--no-per-rank]
 """
 
 from __future__ import annotations
@@ -23,6 +46,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ingest import closed_loop, run, start_server, throughput
 
+from rankwatch.blockmerge import pack
 from rankwatch.blockwire import BLOCK_CONTENT_TYPE, encode_blocks
 from rankwatch.multibatch import MULTI_CONTENT_TYPE, encode_multi
 from rankwatch.sim import PROFILES, Layout, Scenario, Workload
@@ -111,6 +136,45 @@ def workload(ranks: int, seconds: float, block_s: float, per_rank: bool) -> tupl
     return lay.world, rounds, records
 
 
+def merged(rounds: list[list[bytes]], ranks: int) -> tuple[list[list[bytes]], float]:
+    """Each second's per-rank bodies as ``rankwatch agent`` sends them: runs of ``ranks`` rank
+    bodies packed into one merged body each; and the packing's CPU per rank body (seconds)."""
+    out: list[list[bytes]] = []
+    t0 = time.process_time()
+    for r in rounds:
+        out.append([])
+        for i in range(0, len(r), ranks):
+            items = pack(r[i : i + ranks], max_ranks=ranks)
+            if len(items) != 1 or not items[0].merged:
+                raise RuntimeError(f"{ranks} rank bodies did not pack into one merged body")
+            out[-1].append(items[0].body)
+    return out, (time.process_time() - t0) / max(1, sum(len(r) for r in rounds))
+
+
+def in_process(rounds: list[list[bytes]], records: list[int], warm: int) -> float:
+    """Records per second of CPU through ``Collector.ingest`` alone (decode, checks, the job's
+    bookkeeping, ``detector.observe_blocks``), in this process: no HTTP, no background loops."""
+    from rankwatch.collector.db import open_database
+    from rankwatch.collector.service import Collector
+    from rankwatch.collector.settings import Settings
+    from rankwatch.detector import DetectorConfig, JobDetector
+
+    with tempfile.TemporaryDirectory(prefix="rankwatch-bench-") as tmp:
+        settings = Settings(data_dir=Path(tmp))
+        db = open_database(settings.database_url)
+        collector = Collector(settings, db, detector_factory=lambda _job: JobDetector(DetectorConfig()))
+        for r in rounds[:warm]:
+            for body in r:
+                collector.ingest(body)
+        t0 = time.process_time()
+        for r in rounds[warm:]:
+            for body in r:
+                collector.ingest(body)
+        cpu = time.process_time() - t0
+        db.close()
+    return sum(records[warm:]) / cpu
+
+
 def measure(
     label: str,
     cpu_pin: int | None,
@@ -175,6 +239,7 @@ def main() -> None:
     ap.add_argument("--growth", help="job sizes for the growth series (aggregated bodies), e.g. 1024,8192,98304")
     ap.add_argument("--no-raw", action="store_true", help="skip the raw-mode figures")
     ap.add_argument("--no-per-rank", action="store_true", help="skip the per-rank and agent block figures")
+    ap.add_argument("--merge", default="8,64,512", help="ranks per merged body for the merged-agent rows")
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     pins: tuple[int | None, int | None] = (cpus[-1], cpus[0]) if len(cpus) > 1 else (None, None)
@@ -202,6 +267,15 @@ def main() -> None:
         _, rounds, records = workload(args.ranks, args.seconds, args.block_s, per_rank=True)
         measure("block, per rank", pins[0], rounds, records, args.warm)
         measure("block, agent (8 per req.)", pins[0], rounds, records, args.warm, multi=8)
+        for k in [int(x) for x in args.merge.split(",") if x]:
+            packed, cost = merged(rounds, k)
+            measure(f"block, agent merged ({k})", pins[0], packed, records, args.warm)
+            alone = in_process(packed, records, args.warm)
+            print(
+                f"    (agent CPU packing them: {cost * 1e6:.0f} us per rank body; Collector.ingest alone, "
+                f"in process: {alone:,.0f} records/s per core)",
+                flush=True,
+            )
     del rounds
     if not args.no_raw:
         print("raw mode, the same server (bench/ingest.py's throughput run, 1,000 ranks):")

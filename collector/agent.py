@@ -1,16 +1,25 @@
-"""``rankwatch agent``: one process per node that merges its ranks' batches into one connection.
+"""``rankwatch agent``: one process per node (or per rack) that merges its ranks' batches into one
+connection.
 
 Ranks on the host point ``RANKWATCH`` at the agent (``http://127.0.0.1:7434``, with their token as
 usual) instead of at the collector. The agent holds each batch for at most ``linger_s``, gathers
-what other ranks send meanwhile, and posts them to the collector as one multi-batch request
-(``rankwatch.multibatch``): each rank's batch stays byte for byte what the rank sent, so the
-collector validates and de-duplicates it per rank, and answers it per rank. The agent hands each
-rank its own answer, commands included, as if the rank had talked to the collector itself.
+what other ranks send meanwhile, and posts them to the collector in one request. Raw batches go
+in a multi-batch (``rankwatch.multibatch``), byte for byte what the rank sent. Block bodies of one
+job are merged into one many-rank block body (``rankwatch.blockmerge``), which the collector
+decodes, folds and hands to the detector once, since a rank's own block body costs the collector
+far more per body than per op; each rank object in it keeps the rank's identity and batch number.
+Either way the collector validates and de-duplicates per rank and answers per rank, and the agent
+hands each rank its own answer, commands included, as if the rank had talked to the collector
+itself. A block body the collector's checks would refuse is not merged: it goes as it came, and
+the collector's answer (its 400 and reason) reaches that rank alone. A collector that refuses a
+merged body (one older than block wire version 2) gets the ranks' own bodies instead, unmerged.
 
 The agent keeps nothing: a batch is answered only after the collector answered it, so a rank's
 retry logic, and its fail-open promise, are unchanged. If the collector cannot be reached, every
 waiting rank gets a 503 and retries later. Batches are grouped by the ``Authorization`` they came
-with, so each one reaches the collector under its own rank's token (job-bound tokens still bind).
+with, and only bodies of one job and one token are merged, so each one reaches the collector under
+its own rank's token (job-bound tokens still bind). Ranks with a token each are never merged with
+each other: each token's batches go upstream on their own.
 """
 
 from __future__ import annotations
@@ -18,12 +27,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from rankwatch import __version__
+from rankwatch.blockmerge import Item, pack
 from rankwatch.blockwire import BLOCK_CONTENT_TYPE, is_block_body
 from rankwatch.env import CollectorURL
 from rankwatch.multibatch import MULTI_CONTENT_TYPE, encode_multi
@@ -46,7 +57,7 @@ class _Pending:
 
 
 class Agent:
-    """Gathers batches per token and sends them upstream together."""
+    """Gathers batches per token and sends them upstream together (block bodies merged)."""
 
     def __init__(
         self,
@@ -56,15 +67,18 @@ class Agent:
         max_batches: int = 256,
         max_bytes: int = 32 * 1024 * 1024,
         timeout_s: float = 10.0,
+        merge: bool = True,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.upstream = upstream
         self.linger_s = linger_s
         self.max_batches = max_batches
         self.max_bytes = max_bytes
+        self.merge = merge
+        self._merge_off_until = 0.0
         self._client = httpx.AsyncClient(timeout=timeout_s, transport=transport)
         self._pending: dict[str | None, _Pending] = {}
-        self.stats = {"batches": 0, "requests": 0, "failures": 0}
+        self.stats = {"batches": 0, "requests": 0, "failures": 0, "merged": 0, "merge_refused": 0}
 
     async def aclose(self) -> None:
         for key in list(self._pending):
@@ -101,39 +115,99 @@ class Agent:
                 waiter.set_result(answer)
 
     async def _send(self, batches: list[bytes], authorization: str | None) -> list[tuple[int, bytes]]:
-        multi = len(batches) > 1
+        """Send what was gathered under one token; one (status, JSON body) per batch, in order."""
+        if len(batches) > 1 and self.merge and time.monotonic() >= self._merge_off_until:
+            items = await asyncio.to_thread(pack, batches, max_ranks=self.max_batches)
+        else:
+            items = [Item(b, [i]) for i, b in enumerate(batches)]
+        answers: list[tuple[int, bytes]] = [(502, _NO_ANSWER)] * len(batches)
+        again: list[int] = []
+        for item, (status, reply) in zip(items, await self._post(items, authorization), strict=True):
+            if not item.merged:
+                answers[item.members[0]] = (status, reply if isinstance(reply, bytes) else _dump(reply))
+                continue
+            results = reply.get("results") if isinstance(reply, dict) else None
+            if status == 200 and isinstance(results, list) and len(results) == len(item.members):
+                self.stats["merged"] += len(item.members)
+                for i, r in zip(item.members, results, strict=True):
+                    answers[i] = _unwrap(r)
+            elif status == 400:
+                # a collector that does not read merged bodies (older than block wire version 2):
+                # the ranks' own bodies go as they came, and are answered one by one
+                self.stats["merge_refused"] += 1
+                self._merge_off_until = time.monotonic() + _MERGE_OFF_S
+                detail = reply.get("detail") if isinstance(reply, dict) else reply
+                logger.warning("the collector refused a merged block body (%s); sending bodies unmerged", detail)
+                again.extend(item.members)
+            else:  # the request's own answer (a 401, 403, 503...): every rank in it gets it
+                body = reply if isinstance(reply, bytes) else _dump(reply)
+                for i in item.members:
+                    answers[i] = (status, body)
+        if again:
+            retry = [Item(batches[i], [i]) for i in again]
+            for item, (status, reply) in zip(retry, await self._post(retry, authorization), strict=True):
+                answers[item.members[0]] = (status, reply if isinstance(reply, bytes) else _dump(reply))
+        return answers
+
+    async def _post(self, items: list[Item], authorization: str | None) -> list[tuple[int, bytes | dict[str, Any]]]:
+        """One request upstream (a multi-batch when there are several items): each item's status
+        and reply, parsed where the agent must look inside (multi-batch results, merged bodies)."""
+        multi = len(items) > 1
         headers = {
-            "Content-Type": MULTI_CONTENT_TYPE if multi else _ctype(batches[0]),
+            "Content-Type": MULTI_CONTENT_TYPE if multi else _ctype(items[0].body),
             "User-Agent": f"rankwatch-agent/{__version__}",
         }
         if authorization:
             headers["Authorization"] = authorization
         self.stats["requests"] += 1
+        content = encode_multi([it.body for it in items]) if multi else items[0].body
         try:
-            resp = await self._client.post(
-                self.upstream.base + "/ingest", content=encode_multi(batches) if multi else batches[0], headers=headers
-            )
+            resp = await self._client.post(self.upstream.base + "/ingest", content=content, headers=headers)
         except httpx.HTTPError as exc:
             self.stats["failures"] += 1
             logger.warning("collector %s unreachable: %s", self.upstream.base, type(exc).__name__)
-            body = json.dumps({"detail": "the collector cannot be reached from the agent; retry"}).encode()
-            return [(503, body)] * len(batches)
-        if multi and resp.status_code == 200:
+            return [(503, {"detail": "the collector cannot be reached from the agent; retry"})] * len(items)
+        if not multi:
+            if not items[0].merged:
+                return [(resp.status_code, resp.content)]
+            try:
+                reply = json.loads(resp.content)
+            except ValueError:
+                reply = resp.content
+            return [(resp.status_code, reply)]
+        if resp.status_code == 200:
             try:
                 results = json.loads(resp.content)["results"]
             except (ValueError, KeyError, TypeError):
                 results = None
-            if isinstance(results, list) and len(results) == len(batches):
-                out = []
+            if isinstance(results, list) and len(results) == len(items):
+                out: list[tuple[int, bytes | dict[str, Any]]] = []
                 for r in results:
                     if not isinstance(r, dict):
-                        out.append((502, b'{"detail":"the collector gave no answer for this batch"}'))
+                        out.append((502, _NO_ANSWER))
                         continue
-                    status = int(r.pop("status", 502))
-                    out.append((status, json.dumps(r, separators=(",", ":")).encode()))
+                    status = r.pop("status", 502)
+                    out.append((int(status) if isinstance(status, int) else 502, r))
                 return out
-            return [(502, b'{"detail":"the collector answered the agent with something unreadable"}')] * len(batches)
-        return [(resp.status_code, resp.content)] * len(batches)
+            return [(502, b'{"detail":"the collector answered the agent with something unreadable"}')] * len(items)
+        return [(resp.status_code, resp.content)] * len(items)
+
+
+_NO_ANSWER = b'{"detail":"the collector gave no answer for this batch"}'
+_MERGE_OFF_S = 60.0
+
+
+def _dump(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def _unwrap(result: Any) -> tuple[int, bytes]:
+    """A rank's entry in the results of a merged body: its status and its own reply."""
+    if not isinstance(result, dict):
+        return 502, _NO_ANSWER
+    result = dict(result)
+    status = result.pop("status", 502)
+    return (int(status) if isinstance(status, int) else 502), _dump(result)
 
 
 def agent_app(agent: Agent, *, max_body: int = MAX_BODY_BYTES) -> Any:

@@ -225,16 +225,26 @@ class JobState:
                 gi.ops += n
         self.dirty = True
 
-    def apply_blocks(self, body: BlockBody, now: float) -> BlockBatch | None:
+    def fresh_ranks(self, body: BlockBody) -> list[bool]:
+        """For each rank object of a block batch: whether its batch is new (not a retry)."""
+        return [not self.is_duplicate(r["rank"], r["incarnation"], r["batch"]) for r in body.rank_info]
+
+    def apply_blocks(self, body: BlockBody, now: float, fresh: list[bool] | None = None) -> BlockBatch | None:
         """Fold an accepted block batch into the job's ranks, groups and counts.
 
         Ranks whose batch was already taken (a retry) are left out; ``None`` when that is all of
         them, else the batch without their rows (what the detector should see). Works on the
         columns: a Python step per rank and per group, none per row or op.
+
+        Args:
+            body: the decoded batch.
+            now: server time.
+            fresh: ``fresh_ranks(body)``, if the caller has it already.
         """
         bb = body.batch
         infos = body.rank_info
-        fresh = [not self.is_duplicate(r["rank"], r["incarnation"], r["batch"]) for r in infos]
+        if fresh is None:
+            fresh = self.fresh_ranks(body)
         if not any(fresh):
             return None
         if not all(fresh):
@@ -292,14 +302,23 @@ class JobState:
             ``{group id: block size}`` for the groups whose entry does not use the settled size.
         """
         out: dict[str, int] = {}
+        for g, size in zip(groups, self.entry_block_sizes(groups), strict=True):
+            if size is not None:
+                out[g["id"]] = size
+        return out
+
+    def entry_block_sizes(self, groups: list[dict[str, Any]]) -> list[int | None]:
+        """``block_sizes`` per group entry: the size to tell its sender, ``None`` where it uses it."""
+        out: list[int | None] = []
         for g in groups:
             gi = self.groups.get(g["id"])
-            if gi is None:
-                continue
-            if gi.block_seqs is None:
-                gi.block_seqs = g.get("block_seqs") or g.get("block_want")
-            if gi.block_seqs is not None and g.get("block_seqs") != gi.block_seqs:
-                out[gi.gid] = gi.block_seqs
+            size = None
+            if gi is not None:
+                if gi.block_seqs is None:
+                    gi.block_seqs = g.get("block_seqs") or g.get("block_want")
+                if gi.block_seqs is not None and g.get("block_seqs") != gi.block_seqs:
+                    size = gi.block_seqs
+            out.append(size)
         return out
 
     def _take_rank(self, h: Mapping[str, Any], n_ops: int, now: float) -> RankInfo:

@@ -22,10 +22,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from rankwatch.blockwire import check_membership, decode_blocks, is_block_body
+from rankwatch.blockwire import BlockBody, check_membership, decode_blocks, is_block_body
 from rankwatch.collector.actions import ActionBook
 from rankwatch.collector.db import Database, upsert
 from rankwatch.collector.flight import align_dumps
@@ -129,11 +130,18 @@ class Collector:
         return IngestResult(accepted=len(batch.records), duplicate=False, commands=commands)
 
     def ingest_blocks(self, body: bytes, *, bound_job: str | None = None) -> IngestResult:
-        """Take one block batch (one rank's, or many ranks' from an aggregator).
+        """Take one block batch (one rank's, many ranks' from an aggregator, or ranks' own bodies
+        merged by ``rankwatch agent``).
 
         The reply is a raw batch's (``accepted`` counts the op records the blocks stand for),
         plus ``block_seqs``: the block size of each group whose entry did not use the settled
         one. Commands carry a ``rank`` key, as a body may speak for several ranks.
+
+        A merged body (``rankwatch.blockmerge``: flag bit 1) is decoded, folded into the job and
+        given to the detector once, and answered ``{"results": [...]}``: for each rank, in the
+        order of its rank objects, what its own body would have got (``status`` 200,
+        ``accepted``, ``duplicate``, that rank's ``commands``, ``block_seqs`` for its groups).
+        Ranks are de-duplicated one by one; a body that fails the checks is refused as a whole.
 
         Raises:
             WireError, PermissionError: as ``ingest``.
@@ -148,26 +156,36 @@ class Collector:
             raise
         now = self.clock()
         job = self._job(got.job, now)
-        ranks = [int(r["rank"]) for r in got.rank_info]
         with job.lock:
-            bb = job.apply_blocks(got, now)
-            sizes = job.block_sizes(got.batch.groups)
-            if bb is None:
-                self.stats["duplicates"] += 1
+            fresh = job.fresh_ranks(got)
+            bb = job.apply_blocks(got, now, fresh)
+            told = job.entry_block_sizes(got.batch.groups)
+            if bb is not None:
+                job.wire_bytes += len(body)
+                if job.detector is None and self.detector_factory is not None:
+                    job.detector = self.detector_factory(job.job_id)
+                if job.detector is not None:
+                    try:
+                        job.detector.observe_blocks(bb, now)
+                    except Exception:
+                        logger.exception("detector failed on a block batch of job %s", job.job_id)
+            if got.per_rank:
+                results = _rank_results(job, got, fresh, told, now)
+            else:
+                ranks = [int(r["rank"]) for r in got.rank_info]
                 commands = [c | {"rank": r} for r in ranks for c in job.commands_for(r, now)]
-                return IngestResult(accepted=0, duplicate=True, commands=commands, block_seqs=sizes)
-            accepted = int(bb.blocks["count"].sum(dtype="int64"))
-            job.wire_bytes += len(body)
-            if job.detector is None and self.detector_factory is not None:
-                job.detector = self.detector_factory(job.job_id)
-            if job.detector is not None:
-                try:
-                    job.detector.observe_blocks(bb, now)
-                except Exception:
-                    logger.exception("detector failed on a block batch of job %s", job.job_id)
-            commands = [c | {"rank": r} for r in ranks for c in job.commands_for(r, now)]
-        self.stats["batches"] += 1
+                sizes = {g["id"]: size for g, size in zip(got.batch.groups, told, strict=True) if size is not None}
+        accepted = 0 if bb is None else int(bb.blocks["count"].sum(dtype="int64"))
         self.stats["records"] += accepted
+        if got.per_rank:
+            n_fresh = sum(fresh)
+            self.stats["batches"] += n_fresh
+            self.stats["duplicates"] += len(fresh) - n_fresh
+            return IngestResult(results=results)
+        if bb is None:
+            self.stats["duplicates"] += 1
+            return IngestResult(accepted=0, duplicate=True, commands=commands, block_seqs=sizes)
+        self.stats["batches"] += 1
         return IngestResult(accepted=accepted, duplicate=False, commands=commands, block_seqs=sizes)
 
     def _job(self, job_id: str, now: float) -> JobState:
@@ -534,6 +552,40 @@ def _check_membership(batch: Batch) -> None:
         runs = g.get("ranks")
         if runs and not any(start <= rank < stop and (rank - start) % step == 0 for start, stop, step in runs):
             raise WireError(f"rank {rank} reports groups[{i}] ({g['id']!r}) but is not one of its members")
+
+
+def _rank_results(
+    job: JobState, got: BlockBody, fresh: list[bool], told: list[int | None], now: float
+) -> list[dict[str, Any]]:
+    """Each rank's own answer to a merged block body (call under the job's lock)."""
+    bb = got.batch
+    rr, blocks = bb.ranks, bb.blocks
+    n = rr.shape[0]
+    records = [0] * n
+    if blocks.shape[0]:
+        order = np.argsort(rr["rank"], kind="stable")
+        pos = order[np.searchsorted(rr["rank"][order], blocks["rank"])]
+        records = np.bincount(pos, weights=blocks["count"], minlength=n).astype(np.int64).tolist()
+    tell = any(size is not None for size in told)
+    out: list[dict[str, Any]] = []
+    for info, new, n_records in zip(got.rank_info, fresh, records, strict=True):
+        rank = int(info["rank"])
+        sizes: dict[str, int] = {}
+        if tell:
+            for e in info["group_entries"]:
+                size = told[e]
+                if size is not None:
+                    sizes[bb.groups[e]["id"]] = size
+        out.append(
+            {
+                "status": 200,
+                "accepted": n_records if new else 0,
+                "duplicate": not new,
+                "commands": [c | {"rank": rank} for c in job.commands_for(rank, now)],
+                "block_seqs": sizes,
+            }
+        )
+    return out
 
 
 def _job_row_summary(row: JobRow) -> dict[str, Any]:

@@ -91,17 +91,27 @@ class JobDetector:
         known = self.topo.channel_id
         got = [known.get(e.get("id")) for e in batch.groups]  # type: ignore[arg-type]
         chans = np.fromiter((-1 if c is None else c for c in got), np.int64, len(got))
-        for i in [i for i, c in enumerate(got) if c is None]:
+        unknown = [i for i, c in enumerate(got) if c is None]
+        reporters: dict[int, list[int]] = {i: [] for i in unknown}
+        if unknown:
+            for r, gi in batch.group_rank:
+                if gi in reporters:
+                    reporters[gi].append(r)
+        for i in unknown:
             e = batch.groups[i]
             gid = e.get("id")
-            ch = None
+            ch = -1
             if isinstance(gid, str):
-                reporter = next((r for (r, gi) in batch.group_rank if gi == i), 0)
-                e2 = dict(e)
-                if "ranks" not in e2 and (reporter, i) in batch.group_rank:
-                    e2["group_rank"] = batch.group_rank[(reporter, i)]
-                ch = int(self.topo.register_groups([e2], reporter)[0])
-            chans[i] = -1 if ch is None else ch
+                if "ranks" in e or not reporters[i]:
+                    reporter = reporters[i][0] if reporters[i] else 0
+                    ch = int(self.topo.register_groups([e], reporter)[0])
+                else:  # membership learnt from where each reporter sits (several in an agent's body)
+                    for reporter in reporters[i]:
+                        e2 = dict(e, group_rank=batch.group_rank[(reporter, i)])
+                        ch = int(self.topo.register_groups([e2], reporter)[0])
+                        if ch >= 0:
+                            break
+            chans[i] = ch
         self._ingest(batch, received_at, chans)
 
     def _see_world(self, world: int) -> None:

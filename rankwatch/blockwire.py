@@ -9,8 +9,11 @@ row, let alone per op::
 
     offset  size  what
     0       4     magic b"RWK\\x00"
-    4       2     format version, little-endian (``BLOCK_WIRE_VERSION``)
-    6       2     flags (bit 0: the column block is zlib-compressed)
+    4       2     format version, little-endian: 1 (``BLOCK_WIRE_VERSION``, what ranks send) or 2
+                  (``MERGED_WIRE_VERSION``: version 1 plus flag bit 1 and ``group_entries``, below)
+    6       2     flags (bit 0: the column block is zlib-compressed; bit 1, version 2 only: the
+                  rank rows are separate ranks' own bodies merged by an agent, to be
+                  de-duplicated and answered rank by rank)
     8       4     length H of the header
     12      4     number of rank rows R
     16      4     number of progress rows P
@@ -27,6 +30,11 @@ row, let alone per op::
     p2p       P2P_DTYPE        rank, group, kind, peer, seq, since_ns
     blocks    BLOCK_DTYPE      rank, group, kind, peer, nbytes, block, block_seqs, seq_hi, count,
                                sum_ns, min_ns, max_ns, first_enter_ns, last_enter_ns
+
+In a version-2 body with flag bit 1 (``FLAG_PER_RANK``, what ``rankwatch.blockmerge`` writes for
+``rankwatch agent``) each rank object also lists ``group_entries``: the indices of the header's
+group entries its own body had, so the collector can answer each rank about its own groups.
+Readers take both versions; ranks keep writing version 1, which older collectors read.
 
 ``docs/wire-format.md`` documents the header; ``decode_blocks`` checks everything it can.
 """
@@ -63,8 +71,12 @@ __all__ = [
     "BLOCK_CONTENT_TYPE",
     "BLOCK_MAGIC",
     "BLOCK_WIRE_VERSION",
+    "FLAG_PER_RANK",
     "MAX_BLOCK_ROWS",
+    "MAX_P2P_ROWS",
+    "MAX_PROGRESS_ROWS",
     "MAX_RANKS_PER_BODY",
+    "MERGED_WIRE_VERSION",
     "BlockBody",
     "check_membership",
     "decode_blocks",
@@ -74,9 +86,12 @@ __all__ = [
 ]
 
 BLOCK_WIRE_VERSION = 1
+MERGED_WIRE_VERSION = 2
 BLOCK_MAGIC = b"RWK\x00"
 BLOCK_CONTENT_TYPE = "application/vnd.rankwatch.blocks"
 FLAG_ZLIB = 1
+FLAG_PER_RANK = 2
+_FLAGS_KNOWN = {BLOCK_WIRE_VERSION: FLAG_ZLIB, MERGED_WIRE_VERSION: FLAG_ZLIB | FLAG_PER_RANK}
 
 MAX_RANKS_PER_BODY = 65_536
 MAX_PROGRESS_ROWS = 4_000_000
@@ -104,13 +119,16 @@ class BlockBody:
 
     ``rank_info[i]`` belongs to ``batch.ranks[i]``: at least ``rank``, ``node``,
     ``incarnation`` and ``batch`` (the rank's batch number), and any of the raw header's optional
-    keys (``pid``, ``drops``, ``meta``, ``control``, ``stack``, ``end_reason``, ...).
+    keys (``pid``, ``drops``, ``meta``, ``control``, ``stack``, ``end_reason``, ...). ``per_rank``:
+    the body merges separate ranks' bodies (flag bit 1); then each rank object also has
+    ``group_entries``, the indices of ``batch.groups`` that rank's own body had.
     """
 
     job: str
     world: int
     rank_info: list[dict[str, Any]]
     batch: BlockBatch
+    per_rank: bool = False
 
     @property
     def records(self) -> int:
@@ -130,6 +148,7 @@ def encode_blocks(
     rank_info: Sequence[Mapping[str, Any]],
     *,
     compress: bool = True,
+    per_rank: bool = False,
 ) -> bytes:
     """Serialise a ``BlockBatch``.
 
@@ -141,6 +160,8 @@ def encode_blocks(
         rank_info: one identity object per row of ``batch.ranks``, in the same order (a raw
             header's keys; the ones that travel as columns are dropped).
         compress: zlib-compress the column block (level 1).
+        per_rank: the rank rows are separate ranks' own bodies, to be answered one by one (a
+            version-2 body with flag bit 1; each rank object must carry ``group_entries``).
 
     Returns:
         The request body.
@@ -165,13 +186,14 @@ def encode_blocks(
         if name == "progress":
             parts.append(group_rank.tobytes())
     block = b"".join(parts)
-    flags = 0
+    flags = FLAG_PER_RANK if per_rank else 0
     if compress:
         block = zlib.compress(block, 1)
         flags |= FLAG_ZLIB
     head = json.dumps(header, separators=(",", ":"), allow_nan=False).encode()
     counts = (batch.ranks.shape[0], pr.shape[0], batch.p2p.shape[0], batch.blocks.shape[0])
-    return _PREFIX.pack(BLOCK_MAGIC, BLOCK_WIRE_VERSION, flags, len(head), *counts) + head + block
+    version = MERGED_WIRE_VERSION if per_rank else BLOCK_WIRE_VERSION
+    return _PREFIX.pack(BLOCK_MAGIC, version, flags, len(head), *counts) + head + block
 
 
 def _row_bytes(dt: np.dtype[Any]) -> int:
@@ -197,10 +219,15 @@ def decode_blocks(body: bytes) -> BlockBody:
     magic, version, flags, head_len, n_ranks, n_prog, n_p2p, n_blocks = _PREFIX.unpack_from(body)
     if magic != BLOCK_MAGIC:
         raise WireError("not a rankwatch block batch (bad magic bytes)")
-    if version != BLOCK_WIRE_VERSION:
-        raise WireError(f"block wire version {version} is not supported; this collector reads {BLOCK_WIRE_VERSION}")
-    if flags & ~FLAG_ZLIB:
+    known = _FLAGS_KNOWN.get(version)
+    if known is None:
+        raise WireError(
+            f"block wire version {version} is not supported; this collector reads {BLOCK_WIRE_VERSION} "
+            f"and {MERGED_WIRE_VERSION}"
+        )
+    if flags & ~known:
         raise WireError(f"unknown flags 0x{flags:x}")
+    per_rank = bool(flags & FLAG_PER_RANK)
     if head_len > MAX_HEADER_BYTES:
         raise WireError(f"header is {head_len} bytes; the limit is {MAX_HEADER_BYTES}")
     for what, n, limit in (
@@ -234,7 +261,7 @@ def decode_blocks(body: bytes) -> BlockBody:
             group_rank = np.frombuffer(block, _GROUP_RANK, n, off)
             off += _GROUP_RANK.itemsize * n
         tables[name] = rows
-    job, world, groups, rank_info = _validate_header(header, n_ranks)
+    job, world, groups, rank_info = _validate_header(header, n_ranks, per_rank)
     bb = BlockBatch(
         groups=groups,
         ranks=tables["ranks"],
@@ -259,14 +286,14 @@ def decode_blocks(body: bytes) -> BlockBody:
                 strict=True,
             )
         )
-    return BlockBody(job=job, world=world, rank_info=rank_info, batch=bb)
+    return BlockBody(job=job, world=world, rank_info=rank_info, batch=bb, per_rank=per_rank)
 
 
 _RANK_REQUIRED: dict[str, type | tuple[type, ...]] = {"rank": int, "node": str, "incarnation": str, "batch": int}
 
 
 def _validate_header(
-    header: dict[str, Any], n_ranks: int
+    header: dict[str, Any], n_ranks: int, per_rank: bool = False
 ) -> tuple[str, int, list[dict[str, Any]], list[dict[str, Any]]]:
     job, world, groups, ranks = (header.get(k) for k in ("job", "world", "groups", "ranks"))
     if not isinstance(job, str) or not job or len(job) > MAX_NAME:
@@ -300,6 +327,14 @@ def _validate_header(
             raise WireError(f"ranks[{i}] node and incarnation must be 1 to {MAX_NAME} characters")
         if r["batch"] < 0 or not 0 <= r["rank"] < world:
             raise WireError(f"ranks[{i}]: rank {r['rank']} must be within world size {world}, its batch number >= 0")
+        if per_rank:
+            entries = r.get("group_entries")
+            if (
+                not isinstance(entries, list)
+                or len(entries) > MAX_GROUPS_PER_BATCH
+                or not all(type(e) is int and 0 <= e < len(groups) for e in entries)
+            ):
+                raise WireError(f"ranks[{i}].group_entries must list indices of the header's groups")
     return job, world, groups, ranks
 
 
@@ -374,6 +409,9 @@ def _validate_rows(bb: BlockBatch, world: int, rank_info: list[dict[str, Any]]) 
             raise WireError("a block row's block size differs from its group's block_seqs")
 
 
+_FEW = 16
+
+
 def check_membership(bb: BlockBatch) -> None:
     """Check that every row's rank is a member of the group it names (where the group says its
     members), as the collector does for raw batches.
@@ -391,20 +429,24 @@ def check_membership(bb: BlockBatch) -> None:
         np.concatenate([p["group"].astype(np.int64) * (1 << 32) + p["rank"].astype(np.int64) for p in parts])
     )
     g, r = key >> 32, key & 0xFFFFFFFF
-    bounds = np.searchsorted(g, np.arange(ng + 1))
+    bounds = np.searchsorted(g, np.arange(ng + 1)).tolist()
     for i, entry in enumerate(bb.groups):
         runs = entry.get("ranks")
-        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        lo, hi = bounds[i], bounds[i + 1]
         if not runs or lo == hi:
             continue
-        rs = r[lo:hi]
-        ok = np.zeros(rs.shape[0], bool)
-        for start, stop, step in runs:
-            ok |= (rs >= start) & (rs < stop) & ((rs - start) % step == 0)
-        if not ok.all():
-            raise WireError(
-                f"rank {int(rs[~ok][0])} reports groups[{i}] ({entry['id']!r}) but is not one of its members"
+        if hi - lo <= _FEW:  # a few reporters (a rank's or an agent's body): plain Python is cheaper
+            outsider = next(
+                (x for x in r[lo:hi].tolist() if not any(a <= x < b and (x - a) % c == 0 for a, b, c in runs)), None
             )
+        else:
+            rs = r[lo:hi]
+            ok = np.zeros(rs.shape[0], bool)
+            for start, stop, step in runs:
+                ok |= (rs >= start) & (rs < stop) & ((rs - start) % step == 0)
+            outsider = None if ok.all() else int(rs[~ok][0])
+        if outsider is not None:
+            raise WireError(f"rank {outsider} reports groups[{i}] ({entry['id']!r}) but is not one of its members")
 
 
 def rank_body(header: Mapping[str, Any], blocks: np.ndarray, *, compress: bool = True) -> bytes:

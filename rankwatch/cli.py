@@ -78,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     agent.add_argument("--port", type=int, default=None, help="port (default 7434)")
     agent.add_argument("--linger-ms", type=float, default=200.0, help="longest a batch waits for others (200)")
     agent.add_argument("--max-batches", type=int, default=256, help="most batches in one request (256)")
+    agent.add_argument(
+        "--no-merge",
+        action="store_true",
+        help="frame block bodies side by side instead of merging them into one body per job",
+    )
     agent.add_argument("--log-level", default="info", help="debug, info, warning, error (default info)")
 
     sim = sub.add_parser(
@@ -252,7 +257,7 @@ def _agent(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     port = DEFAULT_AGENT_PORT if args.port is None else args.port
-    agent = Agent(upstream, linger_s=args.linger_ms / 1000.0, max_batches=args.max_batches)
+    agent = Agent(upstream, linger_s=args.linger_ms / 1000.0, max_batches=args.max_batches, merge=not args.no_merge)
     print(f"rankwatch agent {__version__} on http://{args.host}:{port}, forwarding to {upstream.base}")
     uvicorn.run(agent_app(agent), host=args.host, port=port, log_level=args.log_level.lower(), access_log=False)
     return 0

@@ -105,6 +105,50 @@ def start_service(
 
 
 @dataclass
+class Agent:
+    """A real ``rankwatch agent`` process on loopback."""
+
+    url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def health(self) -> dict[str, Any]:
+        return dict(httpx.get(self.url + "/healthz", timeout=10).json())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_agent(tmp: Path, upstream: str, *args: str) -> Agent:
+    """``rankwatch agent --upstream <upstream>`` on a free port, once its ``/healthz`` answers."""
+    port = free_port()
+    log = tmp / f"agent-{port}.log"
+    cmd = [str(BIN / "rankwatch"), "agent", "--port", str(port), "--upstream", upstream, *args]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, cwd=tmp, env=clean_env(), stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(f"rankwatch agent exited with {proc.returncode}:\n{log.read_text()}")
+        try:
+            if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                return Agent(url=url, proc=proc, log=log)
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"rankwatch agent did not come up:\n{log.read_text()}")
+        time.sleep(0.1)
+
+
+@dataclass
 class Run:
     returncode: int
     output: str

@@ -7,6 +7,8 @@ per-rank errors per rank, and answer 503 when the collector is gone.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import signal
 import subprocess
 import time
@@ -16,9 +18,27 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
-from support import BIN, SCRIPTS, Service, clean_env, free_port, make_body, make_header, start_service
+from support import (
+    BIN,
+    SCRIPTS,
+    Agent,
+    Service,
+    clean_env,
+    free_port,
+    make_body,
+    make_header,
+    start_agent,
+    start_service,
+)
 
+from rankwatch.blockwire import BLOCK_CONTENT_TYPE, decode_blocks, encode_blocks, rank_body
+from rankwatch.collector.agent import Agent as Agent_
+from rankwatch.env import CollectorURL
+from rankwatch.errors import WireError
+from rankwatch.multibatch import MULTI_CONTENT_TYPE, decode_multi
+from rankwatch.sim import PROFILES, Layout, Scenario, Workload, deliveries, from_batch
 from rankwatch.wire import CONTENT_TYPE
 
 RANKS = 8
@@ -121,3 +141,175 @@ def test_a_torchrun_job_through_the_agent(agent: str, collector: Service, run_to
     assert run.returncode == 0, run.output[-2000:]
     job = collector.wait_job("via-agent", lambda j: [r["state"] for r in j["ranks"]] == ["goodbye", "goodbye"])
     assert all(r["ops"] >= 20 for r in job["ranks"])  # every all_reduce of both ranks arrived
+
+
+# -- block mode: the agent merges ranks' block bodies into one body per job ---------------------------
+BLOCK_JOB = "sim-blk"
+
+
+@pytest.fixture
+def bound_collector(tmp_path: Path) -> Iterator[Service]:
+    tokens = tmp_path / "tokens"
+    tokens.write_text(
+        f"ingest rank-token\ningest job-token job={BLOCK_JOB}\ningest wrong-token job=other-job\nadmin admin-token\n"
+    )
+    svc = start_service(tmp_path, env=clean_env(RANKWATCH_TOKENS_FILE=str(tokens)))
+    svc.headers = {"Authorization": "Bearer admin-token"}
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture
+def block_agent(tmp_path: Path, bound_collector: Service) -> Iterator[Agent]:
+    agent = start_agent(tmp_path, bound_collector.url, "--linger-ms", "300")
+    yield agent
+    agent.stop()
+
+
+def _block_rounds() -> list[list[bytes]]:
+    """Each send round of an 8-rank job (tp 2, pp 2, dp 2): every rank's own block body, by rank."""
+    lay = Layout(tp=2, pp=2, dp=2)
+    sc = Scenario(
+        "blk", layout=lay, workload=Workload.for_rate(100, lay), profile=PROFILES["quiet"], duration=4.0, seed=2
+    )
+    by_batch: dict[int, dict[int, bytes]] = {}
+    for d in deliveries(sc):
+        h = d.batch.header
+        bb = from_batch(h, d.batch.records, np.full(len(h["groups"]), 8))
+        for g in h["groups"]:
+            g["block_seqs"] = 8
+        by_batch.setdefault(h["batch"], {})[h["rank"]] = rank_body(h, bb.blocks)
+    return [[r[k] for k in sorted(r)] for _, r in sorted(by_batch.items())]
+
+
+def _block_round(url: str, bodies: list[bytes], tokens: dict[int, str] | None = None) -> list[httpx.Response]:
+    def one(rank: int) -> httpx.Response:
+        headers = {
+            "Content-Type": BLOCK_CONTENT_TYPE,
+            "Authorization": f"Bearer {(tokens or {}).get(rank, 'rank-token')}",
+        }
+        return httpx.post(url + "/ingest", content=bodies[rank], headers=headers, timeout=30)
+
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(one, range(len(bodies))))
+
+
+def _not_a_member(body: bytes) -> bytes:
+    """The rank's body, with its first group claiming members that leave the rank out."""
+    got = decode_blocks(body)
+    rank = got.rank_info[0]["rank"]
+    got.batch.groups[0]["ranks"] = [[r, r + 1, 1] for r in range(got.world) if r != rank][:1]
+    return encode_blocks(got.job, got.world, got.batch, got.rank_info)
+
+
+def test_the_agent_merges_block_bodies_and_answers_each_rank(block_agent: Agent, bound_collector: Service) -> None:
+    rounds = _block_rounds()
+    replies = _block_round(block_agent.url, rounds[0])
+    assert [r.status_code for r in replies] == [200] * RANKS, [r.text for r in replies]
+    for body, r in zip(rounds[0], replies, strict=True):
+        assert r.json() == {
+            "accepted": decode_blocks(body).records,
+            "duplicate": False,
+            "commands": [],
+            "block_seqs": {},
+        }
+    health = block_agent.health()
+    assert health["batches"] == RANKS and health["merged"] == RANKS and health["requests"] < RANKS, health
+    job = bound_collector.job(BLOCK_JOB)
+    assert job is not None and [r["ops"] for r in job["ranks"]] == [decode_blocks(b).records for b in rounds[0]]
+    # a command for rank 5 comes back to rank 5 only
+    r = httpx.post(
+        f"{bound_collector.url}/jobs/{BLOCK_JOB}/commands",
+        json={"type": "dump_flight_recorder", "ranks": [5]},
+        headers=bound_collector.headers,
+    )
+    assert r.status_code == 202, r.text
+    replies = _block_round(block_agent.url, rounds[1])
+    commands = {rank: r.json()["commands"] for rank, r in enumerate(replies)}
+    assert [(c["type"], c["rank"]) for c in commands.pop(5)] == [("dump_flight_recorder", 5)]
+    assert all(c == [] for c in commands.values()), commands
+    # a malformed body is refused for its rank with the collector's reason; a retried one is a
+    # duplicate for its rank only; the others' data is taken
+    before = {r["rank"]: r["ops"] for r in bound_collector.job(BLOCK_JOB)["ranks"]}  # type: ignore[index]
+    bodies = [*rounds[2]]
+    bodies[2] = _not_a_member(bodies[2])
+    bodies[4] = rounds[1][4]
+    replies = _block_round(block_agent.url, bodies)
+    assert [r.status_code for r in replies] == [200, 200, 400, 200, 200, 200, 200, 200], [r.text for r in replies]
+    assert "rank 2 reports groups[0]" in replies[2].json()["detail"]
+    assert [r.json().get("duplicate") for r in replies] == [False, False, None, False, True, False, False, False]
+    after = {r["rank"]: r["ops"] for r in bound_collector.job(BLOCK_JOB)["ranks"]}  # type: ignore[index]
+    grew = {rank: after[rank] - before[rank] for rank in after}
+    assert grew == {rank: 0 if rank in (2, 4) else decode_blocks(rounds[2][rank]).records for rank in after}
+    assert block_agent.health()["merged"] == RANKS + RANKS + RANKS - 1  # the malformed body went alone
+
+
+def test_job_bound_tokens_still_bind_through_a_merging_agent(block_agent: Agent, bound_collector: Service) -> None:
+    rounds = _block_rounds()
+    tokens = {rank: "job-token" if rank < 4 else "wrong-token" for rank in range(RANKS)}
+    replies = _block_round(block_agent.url, rounds[0], tokens)
+    assert [r.status_code for r in replies] == [200] * 4 + [403] * 4, [r.text for r in replies]
+    assert all("other-job" in r.json()["detail"] for r in replies[4:])
+    job = bound_collector.job(BLOCK_JOB)
+    assert job is not None and sorted(r["rank"] for r in job["ranks"]) == [0, 1, 2, 3]
+    assert block_agent.health()["merged"] == 4  # each token's bodies were merged on their own
+
+
+def test_blocks_through_the_agent_get_503_without_a_collector(block_agent: Agent, bound_collector: Service) -> None:
+    bound_collector.stop(signal.SIGKILL)
+    replies = _block_round(block_agent.url, _block_rounds()[0][:3])
+    assert [r.status_code for r in replies] == [503] * 3
+    assert all("retry" in r.json()["detail"] for r in replies)
+
+
+def test_a_collector_without_merged_bodies_gets_them_unmerged() -> None:
+    """An older collector answers a version-2 body 400: the agent sends the ranks' own bodies instead."""
+    seen: list[str] = []
+
+    def old_collector(request: httpx.Request) -> httpx.Response:
+        items = (
+            decode_multi(request.content)
+            if request.headers["content-type"] == MULTI_CONTENT_TYPE
+            else [request.content]
+        )
+        seen.append(f"{len(items)}:{','.join(str(int.from_bytes(i[4:6], 'little')) for i in items)}")
+        results = []
+        for item in items:
+            try:
+                got = decode_blocks(item)
+            except WireError as exc:
+                results.append({"status": 400, "detail": str(exc)})
+                continue
+            if got.per_rank:  # what a collector before block wire version 2 said
+                results.append(
+                    {"status": 400, "detail": "block wire version 2 is not supported; this collector reads 1"}
+                )
+            else:
+                results.append(
+                    {
+                        "status": 200,
+                        "accepted": got.records,
+                        "duplicate": False,
+                        "commands": [],
+                        "rank": got.rank_info[0]["rank"],
+                    }
+                )
+        if len(items) == 1:
+            r = dict(results[0])
+            return httpx.Response(r.pop("status"), json=r)
+        return httpx.Response(200, json={"results": results})
+
+    async def go() -> list[tuple[int, bytes]]:
+        agent = Agent_(
+            CollectorURL("http://collector:7433", None), linger_s=0.05, transport=httpx.MockTransport(old_collector)
+        )
+        bodies = _block_rounds()[0]
+        try:
+            return list(await asyncio.gather(*(agent.submit(b, "Bearer t") for b in bodies)))
+        finally:
+            await agent.aclose()
+
+    answers = asyncio.run(go())
+    assert [s for s, _ in answers] == [200] * RANKS
+    assert [json.loads(b)["rank"] for _, b in answers] == list(range(RANKS))  # each rank its own answer
+    assert seen == ["1:2", f"{RANKS}:{','.join(['1'] * RANKS)}"]  # merged, refused, then as they came

@@ -13,7 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from rankwatch.api.app import create_app
-from rankwatch.blockwire import BLOCK_CONTENT_TYPE, encode_blocks, rank_body
+from rankwatch.blockmerge import merge_bodies, pack
+from rankwatch.blockwire import BLOCK_CONTENT_TYPE, decode_blocks, encode_blocks, rank_body
 from rankwatch.collector.settings import Settings
 from rankwatch.multibatch import MULTI_CONTENT_TYPE, encode_multi
 from rankwatch.sim import PROFILES, Layout, Scenario, Workload, deliveries, from_batch
@@ -149,3 +150,101 @@ def test_a_token_bound_to_another_job_is_refused(tmp_path: Path) -> None:
         body = _rank_bodies(_scenario(2.0))[0][2]
         r = c.post("/ingest", content=body, headers=HDR | {"Authorization": "Bearer tok-a"})
         assert r.status_code == 403 and "other-job" in r.json()["detail"], r.text
+
+
+# -- merged bodies (``rankwatch agent``): decoded once, answered per rank ------------------------------
+def _rounds(sc: Scenario, b: int = 8) -> list[list[bytes]]:
+    """Each send round's rank bodies, in rank order (what an agent gathers in one linger)."""
+    by_batch: dict[int, dict[int, bytes]] = {}
+    for h, _, body in _rank_bodies(sc, b):
+        by_batch.setdefault(h["batch"], {})[h["rank"]] = body
+    return [[r[k] for k in sorted(r)] for _, r in sorted(by_batch.items())]
+
+
+def _merged(bodies: list[bytes]) -> bytes:
+    (item,) = pack(bodies)
+    assert item.merged and item.members == list(range(len(bodies)))
+    return item.body
+
+
+def test_a_merged_body_is_answered_per_rank_as_each_rank_alone(tmp_path: Path) -> None:
+    sc = _scenario()
+    rounds = _rounds(sc)
+    alone = TestClient(create_app(Settings(data_dir=tmp_path / "a")))
+    merged = TestClient(create_app(Settings(data_dir=tmp_path / "m")))
+    with alone, merged:
+        for bodies in rounds:
+            want = [alone.post("/ingest", content=b, headers=HDR) for b in bodies]
+            assert all(r.status_code == 200 for r in want)
+            r = merged.post("/ingest", content=_merged(bodies), headers=HDR)
+            assert r.status_code == 200, r.text
+            got = r.json()["results"]
+            assert got == [{"status": 200, **w.json()} for w in want]
+            assert sum(x["accepted"] for x in got) > 0
+        job = f"sim-{sc.name}"
+        a, m = alone.get(f"/jobs/{job}").json(), merged.get(f"/jobs/{job}").json()
+        assert m["ops"] == a["ops"] > 0
+        assert [(r["rank"], r["ops"], r["batches"]) for r in m["ranks"]] == [
+            (r["rank"], r["ops"], r["batches"]) for r in a["ranks"]
+        ]
+        assert [(g["id"], g["last_seq"], g["op_counts"]) for g in m["groups"]] == [
+            (g["id"], g["last_seq"], g["op_counts"]) for g in a["groups"]
+        ]
+        # the detector took the merged body as one batch, and saw every rank
+        det_m = merged.app.state.collector.jobs[job].detector  # type: ignore[attr-defined]
+        det_a = alone.app.state.collector.jobs[job].detector  # type: ignore[attr-defined]
+        assert det_m.batches == len(rounds) and det_a.batches == sum(len(b) for b in rounds)
+
+
+def test_a_retried_rank_inside_a_merged_body_is_a_duplicate_for_that_rank_only(client: TestClient) -> None:
+    first, second = _rounds(_scenario())[:2]
+    assert client.post("/ingest", content=first[3], headers=HDR).json()["duplicate"] is False  # rank 3 alone
+    r = client.post("/ingest", content=_merged(first), headers=HDR)  # rank 3 retried inside the merged body
+    res = r.json()["results"]
+    assert [x["duplicate"] for x in res] == [i == 3 for i in range(len(first))], res
+    assert res[3]["accepted"] == 0 and all(x["accepted"] > 0 for i, x in enumerate(res) if i != 3)
+    job = f"sim-{_scenario().name}"
+    ops = {x["rank"]: x["ops"] for x in client.get(f"/jobs/{job}").json()["ranks"]}
+    again = client.post("/ingest", content=_merged(first), headers=HDR).json()["results"]  # all retried
+    assert all(x["duplicate"] and x["accepted"] == 0 for x in again)
+    assert {x["rank"]: x["ops"] for x in client.get(f"/jobs/{job}").json()["ranks"]} == ops  # nothing twice
+    nxt = client.post("/ingest", content=_merged(second), headers=HDR).json()["results"]
+    assert not any(x["duplicate"] for x in nxt)
+
+
+def test_commands_in_a_merged_bodys_answer_go_to_their_rank_only(client: TestClient) -> None:
+    first, second = _rounds(_scenario())[:2]
+    assert client.post("/ingest", content=_merged(first), headers=HDR).status_code == 200
+    job = f"sim-{_scenario().name}"
+    r = client.post(f"/jobs/{job}/commands", json={"type": "dump_flight_recorder", "ranks": [5]})
+    assert r.status_code == 202, r.text
+    res = client.post("/ingest", content=_merged(second), headers=HDR).json()["results"]
+    commands = {i: x["commands"] for i, x in enumerate(res)}
+    assert [(c["type"], c["rank"]) for c in commands.pop(5)] == [("dump_flight_recorder", 5)]
+    assert all(c == [] for c in commands.values()), commands
+
+
+def test_block_sizes_in_a_merged_bodys_answer_are_each_ranks_own(client: TestClient) -> None:
+    (first,) = _rounds(_scenario(1.2), b=8)[:1]
+    own = [decode_blocks(b) for b in first]
+    for body in own:
+        for g in body.batch.groups:
+            g.pop("block_seqs", None)
+            g["block_want"] = 4 if body.rank_info[0]["rank"] % 2 else 16
+        body.batch.blocks = body.batch.blocks[:0]
+    res = client.post("/ingest", content=merge_bodies(own), headers=HDR).json()["results"]
+    for body, x in zip(own, res, strict=True):
+        assert set(x["block_seqs"]) == {g["id"] for g in body.batch.groups}  # its own groups, all of them
+    settled: dict[str, int] = {}
+    for x in res:
+        for gid, size in x["block_seqs"].items():
+            assert settled.setdefault(gid, size) == size  # every member is told the same size
+
+
+def test_a_merged_body_under_a_token_bound_to_another_job_is_refused(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("ingest tok-a job=other-job\n")
+    with TestClient(create_app(Settings(data_dir=tmp_path, tokens_file=tokens))) as c:
+        r = c.post("/ingest", content=_merged(_rounds(_scenario())[0]), headers=HDR | {"Authorization": "Bearer tok-a"})
+        assert r.status_code == 403 and "other-job" in r.json()["detail"], r.text
+        assert c.app.state.collector.jobs == {}  # type: ignore[attr-defined]

@@ -166,6 +166,21 @@ def test_a_row_about_an_outsider_is_refused() -> None:
         check_membership(decode_blocks(encode_blocks(h["job"], h["world"], bb, [h])).batch)
 
 
+@pytest.mark.parametrize("members", [32, 4])  # many reporters (numpy) and a few (plain Python)
+def test_an_outsider_is_named_among_many_reporters_and_few(members: int) -> None:
+    sc = _scenario(tp=4, pp=2, dp=4)
+    bb = next(iter(stream_blocks(sc, agent_ranks=32))).batch
+    bb.groups = [dict(g) for g in bb.groups]
+    gi = next(i for i, g in enumerate(bb.groups) if g["size"] == members)
+    reporters = sorted(set(bb.progress["rank"][bb.progress["group"] == gi].tolist()))
+    assert len(reporters) == members
+    left_out = reporters[len(reporters) // 2]
+    check_membership(bb)  # as sent: everyone belongs
+    bb.groups[gi]["ranks"] = [[r, r + 1, 1] for r in reporters if r != left_out]
+    with pytest.raises(WireError, match=f"rank {left_out} reports groups\\[{gi}\\]"):
+        check_membership(bb)
+
+
 def test_block_size_must_match_the_group_entry() -> None:
     d = next(iter(deliveries(_scenario())))
     h = d.batch.header

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import SCRIPTS, Service, clean_env, free_port, kill_tree
+from support import SCRIPTS, Service, clean_env, free_port, kill_tree, start_agent
 
 pytestmark = pytest.mark.torchrun
 
@@ -227,6 +227,34 @@ def test_straggler_is_found_in_block_mode(service: Service, tmp_path: Path) -> N
         assert info is not None and all(g["block_seqs"] for g in info["groups"] if g["ops"]), info["groups"]
     finally:
         nodes.stop()
+    assert len([x for x in _suspects(service, job) if x["kind"] == "noncomm_slow"]) == 1
+
+
+def test_straggler_is_found_in_block_mode_through_a_merging_agent(service: Service, tmp_path: Path) -> None:
+    """Both nodes' ranks send to one ``rankwatch agent`` (a rack-level agent), which merges their
+    block bodies into one body per flush; the straggler is still found, on its rank and node."""
+    job = "blocks-agent-slow-rank"
+    agent = start_agent(tmp_path, service.url)
+    nodes = TwoNodes(
+        tmp_path,
+        service,
+        job,
+        ["400", "0.03", "out"],
+        RANKWATCH=agent.url,
+        RANKWATCH_INJECT="slow:rank=2,delay=0.03,after=3",
+        **BLOCKS,
+    )
+    try:
+        s = _wait_suspect(service, job, lambda s: s["kind"] == "noncomm_slow")
+        assert (s["level"], s["ranks"], s["nodes"]) == ("rank", [2], ["nodeB"]), s
+        assert s["slowdown"] is not None and 1.3 < s["slowdown"] < 2.5, s
+        health = agent.health()
+        assert health["merged"] > 0 and health["requests"] < health["batches"], health  # bodies were merged
+        info = service.job(job)
+        assert info is not None and sorted(r["rank"] for r in info["ranks"]) == [0, 1, 2, 3]
+    finally:
+        nodes.stop()
+        agent.stop()
     assert len([x for x in _suspects(service, job) if x["kind"] == "noncomm_slow"]) == 1
 
 
