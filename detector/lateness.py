@@ -209,9 +209,11 @@ class LatenessTracker:
             np.put(self.base_dur, sl_, new)  # several blocks of one slot: the last one stands
             # ...and the plain mean of it, which for a pipeline's sends and receives is mostly the
             # schedule's waiting: what a victim of an upstream delay waits beyond is the change in it
-            # (from the end of the slot's start-up on, a plain running mean over its first blocks)
+            # (from the end of the slot's start-up on, a plain running mean over its first blocks).
+            # While anyone is, or waits on, a suspect, a pipeline's waits anywhere may be its echo: the
+            # usual mean learns only while the whole job looks normal
             grown = st.t[learn] - self.first_data[sl_] >= cfg.baseline_skip_s
-            if grown.any():
+            if grown.any() and not self.busy.any():
                 sm, xm, um = sl_[grown], x[grown], up[grown]
                 mean = self.mean_dur[sm]
                 am = np.maximum(um, 1.0 / (self.mean_n[sm] + 1.0))
@@ -442,6 +444,8 @@ class LatenessTracker:
             partner = topo.ch_off[ch] + 1 - pos
             ex = np.nan_to_num(self.ex_late[:n], nan=0.0)
             mine_first = (ex[me_back] > 0) & (ex[me_back] > ex[partner])
+            if frozen_ch is not None and frozen_ch.shape[0]:
+                mine_first &= ~frozen_ch[ch] & ~frozen_ch[rch]  # a slow transfer is a wait of its own
             back[pipe] = np.where(mine_first, np.minimum(extra[pipe], extra_c[twin]), 0.0)
             back_c[pipe] = np.where(mine_first, np.minimum(extra_c[pipe], extra_c[twin]), 0.0)
         back = np.bincount(topo.slot_rank, back, topo.world)[topo.slot_rank] - back
