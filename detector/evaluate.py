@@ -290,7 +290,7 @@ def evaluate_suite(
     """Run a split of the suite (or given scenarios) and collect the results.
 
     Args:
-        split: ``smoke``, ``tune`` or ``heldout`` (see ``rankwatch.sim.suite``).
+        split: ``smoke``, ``tune``, ``heldout`` or ``fresh`` (see ``rankwatch.sim.suite``).
         scenarios: run these instead of the split's.
         config: detector thresholds (default: ``DetectorConfig()``).
         workers: processes to run scenarios in.
