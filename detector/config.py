@@ -44,7 +44,9 @@ class DetectorConfig:
     victim_wait_k: float = 1.0
     """...or if, beyond its usual, it spent this multiple of its lateness waiting inside other groups' ops."""
     hold_s: float = 1.0
-    """A slow suspect must hold this long before it is reported."""
+    """A slow suspect must hold this long before it is reported..."""
+    sure_k: float = 3.0
+    """...unless its effect is this many times its threshold."""
     link_hold_s: float = 3.0
     """A slow link that one of its nodes' NICs explains as well is held this much longer first."""
     release_s: float = 6.0

@@ -566,7 +566,12 @@ class JobDetector:
             self._rank_hot.setdefault(r, now)
         if not roots:
             return
-        confirmed = [r for r in roots if now - self._rank_hot[r] >= cfg.hold_s]
+        # evidence far above the threshold needs no second look; evidence near it must hold
+        confirmed = [
+            r
+            for r in roots
+            if now - self._rank_hot[r] >= cfg.hold_s or roots[r].excess >= cfg.sure_k * roots[r].threshold
+        ]
         nodes, singles = self._node_groups(sorted(roots))
         # a node already reported keeps every root on it (its ranks flicker in and out of the evidence)
         active_nodes = {
