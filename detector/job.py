@@ -88,10 +88,10 @@ class JobDetector:
         """
         if batch.ranks.shape[0]:
             self._see_world(int(batch.ranks["world"].max()))
-        known = self.topo.channel_id
-        got = [known.get(e.get("id")) for e in batch.groups]  # type: ignore[arg-type]
-        chans = np.fromiter((-1 if c is None else c for c in got), np.int64, len(got))
-        for i in [i for i, c in enumerate(got) if c is None]:
+        get = self.topo.channel_id.get
+        got = [get(e.get("id"), -1) for e in batch.groups]  # type: ignore[arg-type]
+        chans = np.fromiter(got, np.int64, len(got))
+        for i in [i for i, c in enumerate(got) if c < 0]:
             e = batch.groups[i]
             gid = e.get("id")
             ch = None
