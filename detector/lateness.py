@@ -93,6 +93,7 @@ class LatenessTracker:
         self.last_bid = np.zeros(0, np.int64)  # per slot: newest bucket id it has data in
         self.ch_ops = np.zeros(0)  # per channel: decayed op count (rate = / ops_tau)
         self.ch_t = float("nan")
+        self._by_size: tuple[tuple[int, int, int], list[tuple[int, np.ndarray, np.ndarray]]] = ((-1, -1, -1), [])
         # results of the last ``analyse``
         self.late_rate = np.zeros(0)
         self.ref_lop = np.zeros(0)
@@ -232,7 +233,7 @@ class LatenessTracker:
         has = ops > 0
         # the newest non-empty buckets, at least _M of them and at least _MIN_OPS ops (a group
         # that runs an op a second is judged over several of its steps, not over one)
-        before_b: np.ndarray = np.cumsum(has, axis=1) - has
+        before_b: np.ndarray = np.cumsum(has, axis=1, dtype=np.int32) - has
         before_o = np.cumsum(ops, axis=1) - ops
         take = has & ((before_b < _M) | (before_o < _MIN_OPS))
         c = take.sum(axis=1)
@@ -305,8 +306,9 @@ class LatenessTracker:
         # sequential test (CUSUM): evidence adds up while the excess stays above half the threshold,
         # so a large fault is named at once and a mild one in a noisy group takes longer
         # evidence counts once: a slot adds only as much time as it has new buckets since last time
-        has_ops = self.bo[:n] > 0
-        newest = np.where(has_ops.any(axis=1), np.max(np.where(has_ops, self.bid[None, :], -(2**62)), axis=1), -(2**62))
+        # (a slot's newest bucket with ops is its last one while that is still in the ring, else none)
+        last = self.last_bid[:n]
+        newest = np.where(self.bid[last % _K] == last, last, -(2**62))
         prev = self.newest[:n]
         fresh_s = np.where(prev > -(2**61), (newest - prev) * cfg.bucket_s, dt)
         dt_eff = np.clip(fresh_s, 0.0, dt)
@@ -375,13 +377,31 @@ class LatenessTracker:
         return self._roots(hot, topo, frozen_ch, ch_excess)
 
     def _lower_median(self, x: np.ndarray, topo: Topology) -> np.ndarray:
-        """Per slot: the lower median of ``x`` over its channel's members."""
+        """Per slot: the lower median of ``x`` over its channel's members (nan counts as largest)."""
         if not x.shape[0]:
             return x
-        order = np.lexsort((x, topo.slot_ch))
-        pos = topo.ch_off + (topo.ch_size - 1) // 2
-        med = x[order][pos]
+        # channels of one size at a time, as rows of a matrix: a partial sort per row, not a sort of all slots
+        med = np.empty(topo.n_channels, x.dtype)
+        for size, chans, idx in self._channels_by_size(topo):
+            m = x[idx]
+            if size <= 2:
+                med[chans] = np.fmin(m[:, 0], m[:, -1])
+            else:
+                k = (size - 1) // 2
+                med[chans] = np.partition(m, k, axis=1)[:, k]
         return med[topo.slot_ch]
+
+    def _channels_by_size(self, topo: Topology) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """(size, its channels, their slots as rows) per channel size, kept while the topology stays."""
+        key = (topo.version, topo.n_channels, topo.n_slots)
+        if self._by_size[0] != key:
+            sizes = topo.ch_size
+            groups = []
+            for size in np.unique(sizes).tolist():
+                chans = np.flatnonzero(sizes == size)
+                groups.append((size, chans, topo.ch_off[chans][:, None] + np.arange(size)))
+            self._by_size = (key, groups)
+        return self._by_size[1]
 
     def _window(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per slot: lateness, time inside and ops summed over all kept buckets (the same for all)."""
