@@ -162,7 +162,7 @@ class LatenessTracker:
         for b in range(max(cur + 1, top - _K + 1), top + 1):
             p = b % _K
             for arr in (self.bl, self.bd, self.bo):
-                arr[:, p] = 0.0
+                arr[: self.n, p] = 0.0  # rows past the slots in use were never written
             self.bid[p] = b
         pos = ids % _K
         keep = self.bid[pos] == ids  # drop blocks older than the ring

@@ -74,6 +74,10 @@ class TransferTracker:
         self.__init__(self.cfg)  # type: ignore[misc]
 
     def _entries(self, keys: np.ndarray) -> np.ndarray:
+        if self._keys.shape[0]:  # usually every key is known: no need to find the new ones
+            pos = np.minimum(np.searchsorted(self._keys, keys), self._keys.shape[0] - 1)
+            if (self._keys[pos] == keys).all():
+                return self._perm[pos]
         uniq = np.unique(keys)
         if self._keys.shape[0]:
             pos = np.minimum(np.searchsorted(self._keys, uniq), self._keys.shape[0] - 1)
