@@ -33,6 +33,7 @@ __all__ = ["LatenessTracker", "Straggler"]
 _K = 10  # buckets kept per slot
 _M = 5  # most recent non-empty buckets the median is taken over...
 _MIN_OPS = 8  # ...and at least this many ops in them
+_ROWS = 16384  # slots per block of the recent-bucket medians (a few MB of intermediates)
 
 
 @dataclass(slots=True)
@@ -229,19 +230,22 @@ class LatenessTracker:
             return ml, md, cnt
         # only slots with data in the ring (most slots of a big job's default group are idle)
         active = np.flatnonzero(self.last_bid[:n] >= self.bid[order].min())
-        ops = np.take(self.bo[active], order, axis=1)
-        has = ops > 0
-        # the newest non-empty buckets, at least _M of them and at least _MIN_OPS ops (a group
-        # that runs an op a second is judged over several of its steps, not over one)
-        before_b: np.ndarray = np.cumsum(has, axis=1, dtype=np.int32) - has
-        before_o = np.cumsum(ops, axis=1) - ops
-        take = has & ((before_b < _M) | (before_o < _MIN_OPS))
-        c = take.sum(axis=1)
-        safe = np.where(has, ops, np.float32(1.0))
         inf = np.float32(np.inf)
-        ml[active] = _median_taken(np.where(take, np.take(self.bl[active], order, axis=1) / safe, inf), c)
-        md[active] = _median_taken(np.where(take, np.take(self.bd[active], order, axis=1) / safe, inf), c)
-        cnt[active] = c
+        # a block of rows at a time: the same arithmetic, but its intermediates stay in cache
+        for lo in range(0, active.shape[0], _ROWS):
+            rows = active[lo : lo + _ROWS]
+            ops = np.take(self.bo[rows], order, axis=1)
+            has = ops > 0
+            # the newest non-empty buckets, at least _M of them and at least _MIN_OPS ops (a group
+            # that runs an op a second is judged over several of its steps, not over one)
+            before_b: np.ndarray = np.cumsum(has, axis=1, dtype=np.int32) - has
+            before_o = np.cumsum(ops, axis=1) - ops
+            take = has & ((before_b < _M) | (before_o < _MIN_OPS))
+            c = take.sum(axis=1)
+            safe = np.where(has, ops, np.float32(1.0))
+            ml[rows] = _median_taken(np.where(take, np.take(self.bl[rows], order, axis=1) / safe, inf), c)
+            md[rows] = _median_taken(np.where(take, np.take(self.bd[rows], order, axis=1) / safe, inf), c)
+            cnt[rows] = c
         return ml, md, cnt
 
     def analyse(
