@@ -206,8 +206,13 @@ class Topology:
                 return np.full(ch.shape[0], -1, np.int64)
             ok = (ch >= 0) & (ranks >= 0) & (ranks < chs.shape[0])
             r = np.where(ok, ranks, 0)
-            m = chs[r] == ch[:, None]
-            return np.where(ok & m.any(axis=1), sls[r, m.argmax(axis=1)], -1)
+            width = chs.shape[1]
+            hit = np.flatnonzero((chs[r] == ch[:, None]).ravel())  # at most one per row
+            row = hit // width
+            out = np.full(ch.shape[0], -1, np.int64)
+            out[row] = sls.ravel()[r[row] * width + hit % width]
+            out[~ok] = -1
+            return out
         if self._slot_index is None:
             key = self.slot_ch * (1 << 32) + self.slot_rank
             order = np.argsort(key, kind="stable")
