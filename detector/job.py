@@ -36,6 +36,20 @@ __all__ = ["JobDetector"]
 _SEND, _RECV = int(OpKind.SEND), int(OpKind.RECV)
 
 
+def _max_per(idx: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each distinct index and the largest of its values (nan if any is nan, as ``np.maximum``)."""
+    o = np.lexsort((v, idx))
+    i = idx[o]
+    last = np.ones(i.shape[0], bool)
+    last[:-1] = i[1:] != i[:-1]
+    return i[last], v[o][last]
+
+
+def _raise_to(a: np.ndarray, idx: np.ndarray, v: np.ndarray) -> None:
+    """``a[idx] = max(a[idx], v)`` for distinct ``idx``: with ``_max_per``, what ``np.maximum.at`` does, faster."""
+    a[idx] = np.maximum(a[idx], v)
+
+
 @dataclass(slots=True)
 class _Track:
     finding: Finding
@@ -88,10 +102,10 @@ class JobDetector:
         """
         if batch.ranks.shape[0]:
             self._see_world(int(batch.ranks["world"].max()))
-        known = self.topo.channel_id
-        got = [known.get(e.get("id")) for e in batch.groups]  # type: ignore[arg-type]
-        chans = np.fromiter((-1 if c is None else c for c in got), np.int64, len(got))
-        unknown = [i for i, c in enumerate(got) if c is None]
+        get = self.topo.channel_id.get
+        got = [get(e.get("id"), -1) for e in batch.groups]  # type: ignore[arg-type]
+        chans = np.fromiter(got, np.int64, len(got))
+        unknown = [i for i, c in enumerate(got) if c < 0]
         reporters: dict[int, list[int]] = {i: [] for i in unknown}
         if unknown:
             for r, gi in batch.group_rank:
@@ -254,15 +268,16 @@ class JobDetector:
         if not same.all():  # members disagree on the block size: the group's first word stands
             b, slots, p2p, ch = b[same], slots[same], p2p[same], ch[same]
             kind = b["kind"]
-        np.maximum.at(prog.wm, slots, b["seq_hi"])
+        seq_hi = b["seq_hi"]
+        _raise_to(prog.wm, *_max_per(slots, seq_hi))
         if p2p.any():
-            ps = slots[p2p]
-            np.maximum.at(prog.entered, ps, b["seq_hi"][p2p])
-            np.maximum.at(prog.completed, ps, b["seq_hi"][p2p])
+            ps, top = _max_per(slots[p2p], seq_hi[p2p])
+            _raise_to(prog.entered, ps, top)
+            _raise_to(prog.completed, ps, top)
         ranks = b["rank"].astype(np.int64)
         off = offset[ranks]
         t_last = b["last_enter_ns"] * 1e-9 + off
-        np.maximum.at(prog.last_progress, ch, t_last)
+        _raise_to(prog.last_progress, *_max_per(ch, t_last))
         nbits = np.zeros(b.shape[0], np.int64)
         nz = b["nbytes"] > 0
         nbits[nz] = np.floor(np.log2(b["nbytes"][nz].astype(np.float64))).astype(np.int64) + 1

@@ -33,6 +33,7 @@ __all__ = ["LatenessTracker", "Straggler"]
 _K = 10  # buckets kept per slot
 _M = 5  # most recent non-empty buckets the median is taken over...
 _MIN_OPS = 8  # ...and at least this many ops in them
+_ROWS = 16384  # slots per block of the recent-bucket medians (a few MB of intermediates)
 
 
 @dataclass(slots=True)
@@ -95,6 +96,7 @@ class LatenessTracker:
         self.last_bid = np.zeros(0, np.int64)  # per slot: newest bucket id it has data in
         self.ch_ops = np.zeros(0)  # per channel: decayed op count (rate = / ops_tau)
         self.ch_t = float("nan")
+        self._by_size: tuple[tuple[int, int, int], list[tuple[int, np.ndarray, np.ndarray]]] = ((-1, -1, -1), [])
         # results of the last ``analyse``
         self.late_rate = np.zeros(0)
         self.ref_lop = np.zeros(0)
@@ -164,7 +166,7 @@ class LatenessTracker:
         for b in range(max(cur + 1, top - _K + 1), top + 1):
             p = b % _K
             for arr in (self.bl, self.bd, self.bo):
-                arr[:, p] = 0.0
+                arr[: self.n, p] = 0.0  # rows past the slots in use were never written
             self.bid[p] = b
         pos = ids % _K
         keep = self.bid[pos] == ids  # drop blocks older than the ring
@@ -243,19 +245,22 @@ class LatenessTracker:
             return ml, md, cnt
         # only slots with data in the ring (most slots of a big job's default group are idle)
         active = np.flatnonzero(self.last_bid[:n] >= self.bid[order].min())
-        ops = np.take(self.bo[active], order, axis=1)
-        has = ops > 0
-        # the newest non-empty buckets, at least _M of them and at least _MIN_OPS ops (a group
-        # that runs an op a second is judged over several of its steps, not over one)
-        before_b: np.ndarray = np.cumsum(has, axis=1) - has
-        before_o = np.cumsum(ops, axis=1) - ops
-        take = has & ((before_b < _M) | (before_o < _MIN_OPS))
-        c = take.sum(axis=1)
-        safe = np.where(has, ops, np.float32(1.0))
         inf = np.float32(np.inf)
-        ml[active] = _median_taken(np.where(take, np.take(self.bl[active], order, axis=1) / safe, inf), c)
-        md[active] = _median_taken(np.where(take, np.take(self.bd[active], order, axis=1) / safe, inf), c)
-        cnt[active] = c
+        # a block of rows at a time: the same arithmetic, but its intermediates stay in cache
+        for lo in range(0, active.shape[0], _ROWS):
+            rows = active[lo : lo + _ROWS]
+            ops = np.take(self.bo[rows], order, axis=1)
+            has = ops > 0
+            # the newest non-empty buckets, at least _M of them and at least _MIN_OPS ops (a group
+            # that runs an op a second is judged over several of its steps, not over one)
+            before_b: np.ndarray = np.cumsum(has, axis=1, dtype=np.int32) - has
+            before_o = np.cumsum(ops, axis=1) - ops
+            take = has & ((before_b < _M) | (before_o < _MIN_OPS))
+            c = take.sum(axis=1)
+            safe = np.where(has, ops, np.float32(1.0))
+            ml[rows] = _median_taken(np.where(take, np.take(self.bl[rows], order, axis=1) / safe, inf), c)
+            md[rows] = _median_taken(np.where(take, np.take(self.bd[rows], order, axis=1) / safe, inf), c)
+            cnt[rows] = c
         return ml, md, cnt
 
     def analyse(
@@ -320,8 +325,9 @@ class LatenessTracker:
         # sequential test (CUSUM): evidence adds up while the excess stays above half the threshold,
         # so a large fault is named at once and a mild one in a noisy group takes longer
         # evidence counts once: a slot adds only as much time as it has new buckets since last time
-        has_ops = self.bo[:n] > 0
-        newest = np.where(has_ops.any(axis=1), np.max(np.where(has_ops, self.bid[None, :], -(2**62)), axis=1), -(2**62))
+        # (a slot's newest bucket with ops is its last one while that is still in the ring, else none)
+        last = self.last_bid[:n]
+        newest = np.where(self.bid[last % _K] == last, last, -(2**62))
         prev = self.newest[:n]
         fresh_s = np.where(prev > -(2**61), (newest - prev) * cfg.bucket_s, dt)
         dt_eff = np.clip(fresh_s, 0.0, dt)
@@ -390,13 +396,31 @@ class LatenessTracker:
         return self._roots(hot, topo, frozen_ch, ch_excess)
 
     def _lower_median(self, x: np.ndarray, topo: Topology) -> np.ndarray:
-        """Per slot: the lower median of ``x`` over its channel's members."""
+        """Per slot: the lower median of ``x`` over its channel's members (nan counts as largest)."""
         if not x.shape[0]:
             return x
-        order = np.lexsort((x, topo.slot_ch))
-        pos = topo.ch_off + (topo.ch_size - 1) // 2
-        med = x[order][pos]
+        # channels of one size at a time, as rows of a matrix: a partial sort per row, not a sort of all slots
+        med = np.empty(topo.n_channels, x.dtype)
+        for size, chans, idx in self._channels_by_size(topo):
+            m = x[idx]
+            if size <= 2:
+                med[chans] = np.fmin(m[:, 0], m[:, -1])
+            else:
+                k = (size - 1) // 2
+                med[chans] = np.partition(m, k, axis=1)[:, k]
         return med[topo.slot_ch]
+
+    def _channels_by_size(self, topo: Topology) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """(size, its channels, their slots as rows) per channel size, kept while the topology stays."""
+        key = (topo.version, topo.n_channels, topo.n_slots)
+        if self._by_size[0] != key:
+            sizes = topo.ch_size
+            groups = []
+            for size in np.unique(sizes).tolist():
+                chans = np.flatnonzero(sizes == size)
+                groups.append((size, chans, topo.ch_off[chans][:, None] + np.arange(size)))
+            self._by_size = (key, groups)
+        return self._by_size[1]
 
     def _window(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per slot: lateness, time inside and ops summed over all kept buckets (the same for all)."""

@@ -30,6 +30,13 @@ _INIT = 8
 _SIG_BLOCKS = 64  # a block's spread is averaged over about this many recent blocks
 
 
+def _row_median(x: np.ndarray) -> np.ndarray:
+    """Median of each row (no nan), as ``np.median`` computes it."""
+    xs = np.sort(x, axis=1)
+    k = x.shape[1]
+    return 0.5 * (xs[:, (k - 1) // 2] + xs[:, k // 2])
+
+
 class TransferTracker:
     """Baselines and moving averages of transfer time per (channel, op class)."""
 
@@ -67,6 +74,10 @@ class TransferTracker:
         self.__init__(self.cfg)  # type: ignore[misc]
 
     def _entries(self, keys: np.ndarray) -> np.ndarray:
+        if self._keys.shape[0]:  # usually every key is known: no need to find the new ones
+            pos = np.minimum(np.searchsorted(self._keys, keys), self._keys.shape[0] - 1)
+            if (self._keys[pos] == keys).all():
+                return self._perm[pos]
         uniq = np.unique(keys)
         if self._keys.shape[0]:
             pos = np.minimum(np.searchsorted(self._keys, uniq), self._keys.shape[0] - 1)
@@ -127,16 +138,7 @@ class TransferTracker:
         # entries still learning their baseline: keep the first blocks, take their median
         learning = self.n_init[e] < _INIT
         if learning.any():
-            for i in np.flatnonzero(learning).tolist():
-                j = int(e[i])
-                if self.n_init[j] < _INIT:
-                    self.init_buf[j, self.n_init[j]] = lt[i]
-                    self.n_init[j] += 1
-                    if self.n_init[j] >= min(_INIT, cfg.comm_warm_cells):
-                        buf = self.init_buf[j, : self.n_init[j]]
-                        self.base[j] = float(np.nanmedian(buf))
-                        self.sig[j] = 1.4826 * float(np.nanmedian(np.abs(buf - self.base[j])))
-                        self.nb[j] = float(self.n_init[j])
+            self._learn_init(e[learning], lt[learning])
         est = ~np.isnan(self.base[e])
         if not est.any():
             return
@@ -175,6 +177,29 @@ class TransferTracker:
             self.nb[uu] = np.minimum(self.nb[uu] + cnts[upd], np.maximum(_INIT, per_s * cfg.baseline_tau_s))
             a = np.maximum(min(1.0, dt / cfg.baseline_tau_s), cnts[upd] / self.nb[uu])
             self.base[uu] += np.minimum(a, 1.0) * sums[upd] / cnts[upd]
+
+    def _learn_init(self, e: np.ndarray, lt: np.ndarray) -> None:
+        """Keep the first blocks of entries still learning (in arrival order); once there are
+        enough, their median is the baseline and their MAD the spread. All entries at once: a big
+        job's channels all reach their first blocks within a few seconds of each other."""
+        order = np.argsort(e, kind="stable")
+        es, ls = e[order], lt[order]
+        idx = np.arange(es.shape[0])
+        start = np.ones(es.shape[0], bool)
+        start[1:] = es[1:] != es[:-1]
+        pos = self.n_init[es] + idx - np.maximum.accumulate(np.where(start, idx, 0))
+        keep = pos < _INIT
+        self.init_buf[es[keep], pos[keep]] = ls[keep]
+        u = es[start]
+        self.n_init[u] = np.minimum(_INIT, self.n_init[u] + np.diff(np.r_[np.flatnonzero(start), es.shape[0]]))
+        done = u[self.n_init[u] >= min(_INIT, self.cfg.comm_warm_cells)]
+        for k in np.unique(self.n_init[done]).tolist():
+            j = done[self.n_init[done] == k]
+            buf = self.init_buf[j, :k]
+            base = _row_median(buf)
+            self.base[j] = base
+            self.sig[j] = 1.4826 * _row_median(np.abs(buf - base[:, None]))
+            self.nb[j] = float(k)
 
     def _se(self, e: np.ndarray) -> np.ndarray:
         """Per entry: standard error of its short-term mean log ratio to the baseline."""
