@@ -454,8 +454,9 @@ class LatenessTracker:
         extra_c = np.clip(np.nan_to_num(wd - usual * wo, nan=0.0), 0.0, None)
         elsewhere_c = np.bincount(topo.slot_rank, extra_c, topo.world)[topo.slot_rank] - extra_c
         # a pipeline's waits go both ways: a slow stage waits for the next microbatch from the stage it
-        # holds up. What a rank waited for a partner that waited longer for it the other way (is later
-        # to it than it is to the partner) is its own delay coming back round, and explains nothing
+        # holds up. What a rank waited for a partner that waited longer for it the other way (it is
+        # later to the partner than the partner is to it, and the partner hardly late at all) is its
+        # own delay coming back round, and explains nothing
         back, back_c = np.zeros(n), np.zeros(n)
         rev = topo.p2p_reverse()
         pipe = np.flatnonzero((topo.ch_parent[topo.slot_ch] >= 0) & (rev[topo.slot_ch] >= 0))
@@ -467,7 +468,7 @@ class LatenessTracker:
             me_back = topo.ch_off[rch] + 1 - pos  # this rank, the other way
             partner = topo.ch_off[ch] + 1 - pos
             ex = np.nan_to_num(self.ex_late[:n], nan=0.0)
-            mine_first = (ex[me_back] > 0) & (ex[me_back] > ex[partner])
+            mine_first = (ex[me_back] > 0) & (ex[me_back] > ex[partner]) & (ex[partner] < 0.25 * self.thr[partner])
             if frozen_ch is not None and frozen_ch.shape[0]:
                 mine_first &= ~frozen_ch[ch] & ~frozen_ch[rch]  # a slow transfer is a wait of its own
             back[pipe] = np.where(mine_first, np.minimum(extra[pipe], extra_c[twin]), 0.0)
