@@ -145,6 +145,7 @@ class CellStats:
     dur: np.ndarray  # seconds inside
     lateflag: np.ndarray
     t: np.ndarray  # server time of the row's last enter
+    t0: np.ndarray  # ...and of its first
     # per cell
     c_ch: np.ndarray
     c_cls: np.ndarray
@@ -194,6 +195,7 @@ def cell_stats(r: np.ndarray) -> CellStats:
         dur=r["sum"],
         lateflag=(late_op >= 0.5 * spread) & (spread > 0) & (npres[cell] >= 2),
         t=r["t_last"],
+        t0=r["t_first"],
         c_ch=key_channel(ckey),
         c_cls=key_class(ckey),
         c_cnt=ccnt,

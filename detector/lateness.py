@@ -168,13 +168,27 @@ class LatenessTracker:
             for arr in (self.bl, self.bd, self.bo):
                 arr[: self.n, p] = 0.0  # rows past the slots in use were never written
             self.bid[p] = b
+        st_slot, late, dur, cnt = st.slot, st.late, st.dur, st.cnt
+        # a block longer than a bucket (a big job's blocks may span 64 ops) is spread over the buckets
+        # it covers, in proportion to time: all in its last bucket, it would leave most of the ring
+        # empty and its slot never judged
+        t0 = np.minimum(st.t0, t)
+        long = t - t0 > cfg.bucket_s
+        if long.any():
+            li, short = np.flatnonzero(long), np.flatnonzero(~long)
+            k = np.minimum(ids[li] - np.floor(t0[li] / cfg.bucket_s).astype(np.int64), _K - 1) + 1
+            rep = np.repeat(li, k)
+            b = ids[rep] - (np.arange(rep.shape[0]) - np.repeat(np.cumsum(k) - k, k))
+            lo = np.maximum(t0[rep], b * cfg.bucket_s)
+            hi = np.minimum(t[rep], (b + 1) * cfg.bucket_s)
+            w = np.clip(hi - lo, 0.0, None) / (t[rep] - t0[rep])
+            st_slot, ids = np.r_[st_slot[short], st_slot[rep]], np.r_[ids[short], b]
+            late, dur, cnt = (np.r_[x[short], x[rep] * w] for x in (late, dur, cnt))
         pos = ids % _K
         keep = self.bid[pos] == ids  # drop blocks older than the ring
         if not keep.all():
-            st_slot, pos, ids = st.slot[keep], pos[keep], ids[keep]
-            late, dur, cnt = st.late[keep], st.dur[keep], st.cnt[keep]
-        else:
-            st_slot, late, dur, cnt = st.slot, st.late, st.dur, st.cnt
+            st_slot, pos, ids = st_slot[keep], pos[keep], ids[keep]
+            late, dur, cnt = late[keep], dur[keep], cnt[keep]
         flat = st_slot * _K + pos
         size = self.bl.shape[0] * _K
         sparse = flat.shape[0] * 8 < size
@@ -467,8 +481,8 @@ class LatenessTracker:
             twin = topo.ch_off[rch] + pos  # the partner, the other way
             me_back = topo.ch_off[rch] + 1 - pos  # this rank, the other way
             partner = topo.ch_off[ch] + 1 - pos
-            ex = np.nan_to_num(self.ex_late[:n], nan=0.0)
-            mine_first = (ex[me_back] > 0) & (ex[me_back] > ex[partner]) & (ex[partner] < 0.25 * self.thr[partner])
+            exl = np.nan_to_num(self.ex_late[:n], nan=0.0)
+            mine_first = (exl[me_back] > 0) & (exl[me_back] > exl[partner]) & (exl[partner] < 0.25 * self.thr[partner])
             if frozen_ch is not None and frozen_ch.shape[0]:
                 mine_first &= ~frozen_ch[ch] & ~frozen_ch[rch]  # a slow transfer is a wait of its own
             back[pipe] = np.where(mine_first, np.minimum(extra[pipe], extra_c[twin]), 0.0)
