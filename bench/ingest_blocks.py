@@ -27,15 +27,18 @@ bodies under one token. "agent CPU" is what that packing cost here, per rank bod
 merge and re-encode): the agent's side, spread over the nodes, not the server's.
 
 Measured on the 2-core development machine (server pinned to one core, shared with other sessions;
-closed loop, 15 s of training after 5 s; two runs), op records per second of server-process CPU:
-per rank 103-107k, multi-batch agent 130-138k, merged 8 ranks 0.57-0.58M (1.0M through
-``Collector.ingest`` alone, in process), merged 64 ranks 1.6-2.0M (2.5M), merged 512 ranks 3.6M
-(3.7M), aggregated 1,024 ranks 3.9-4.9M. So one agent per node of 8 ranks does not reach
-1,000,000 records/s per core of server CPU: what is left per merged body (HTTP, the checks and
-bookkeeping per group entry, the detector's per-batch work, and the background loops, which a
-closed loop runs as often per second of wall time as they would live) is paid over only ~840
-records. A rack-level agent merging 64 ranks or more does. The README's "Ingest performance in
-block mode" has one run's full output.
+closed loop, 15 s of training after 5 s), op records per second of server-process CPU. The same
+load swings these figures by a third from hour to hour, so before/after pairs were run back to
+back: merged 8 ranks 0.74M before the per-body trimming of decode, checks and bookkeeping, 0.83M
+after (Collector.ingest alone, in process: 1.23M -> 1.51M), merged 64 ranks 2.15M -> 2.88M (3.1M
+-> 4.5M); per rank 145k -> 150k, multi-batch agent 194k -> 214k; a third run of the new code gave
+merged 8 0.82M (1.47M), 64 2.9M (4.6M), 512 5.8M (6.3M), aggregated 1,024 ranks 7.3M. So one agent
+per node of 8 ranks still does not reach 1,000,000 records/s per core of server CPU through the
+whole server: a merged 8-rank body (~840 records) costs ~1.0 ms, of which the detector's
+``observe_blocks`` is ~0.23-0.29 ms and its analysis pass in the background ~0.1 ms, HTTP and the
+ASGI glue ~0.09 ms (uvicorn's own share ~0.04), decode and checks ~0.2 ms, the job's bookkeeping
+~0.1 ms. A rack-level agent merging 64 ranks or more is well past it. The README's "Ingest
+performance in block mode" has one run's full output.
 
     python bench/ingest_blocks.py [--seconds 20] [--merge 8,64,512] [--growth 1024,8192,98304] [--no-raw]
                                   [--no-per-rank]

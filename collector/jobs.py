@@ -116,6 +116,7 @@ class GroupInfo:
     runs: list[Any] | None = None  # the member runs ``members`` was expanded from
     members_dirty: bool = True  # members changed since written (a 100k-rank list is not rewritten each pass)
     block_seqs: int | None = None  # block size its members use in block mode (settled by the first word)
+    entry: Mapping[str, Any] | None = None  # the header entry it was last described by
 
     def public(self) -> dict[str, Any]:
         members = self.members if self.members is not None else sorted(self.reporters)
@@ -259,35 +260,40 @@ class JobState:
         n_records = int(cnt.sum())
         self.records += n_records
         # op records per rank: rank rows are unique, so a sorted search finds each block's rank
-        order = np.argsort(rr["rank"], kind="stable")
-        pos = order[np.searchsorted(rr["rank"][order], blocks["rank"])] if blocks.shape[0] else np.zeros(0, np.intp)
-        per_rank = np.bincount(pos, weights=cnt, minlength=rr.shape[0]).astype(np.int64).tolist()
+        if blocks.shape[0]:
+            order = np.argsort(rr["rank"], kind="stable")
+            pos = order[np.searchsorted(rr["rank"][order], blocks["rank"])]
+            per_rank = np.bincount(pos, weights=cnt, minlength=rr.shape[0]).astype(np.int64).tolist()
+        else:
+            per_rank = [0] * rr.shape[0]
         states = _STATE_NAMES
-        for i, (info, row) in enumerate(zip(infos, rr.tolist(), strict=True)):
-            _, _, _, flush_s, state, restart = row
-            h = info | {"state": states[state], "restart": restart, "flush_s": flush_s}
-            self._take_rank(h, per_rank[i], now)
-        ng = len(bb.groups)
-        gids = tuple(g["id"] for g in bb.groups)
-        entered = np.zeros(ng, np.int64)
+        for info, (_, _, _, flush_s, state, restart), n_ops in zip(infos, rr.tolist(), per_rank, strict=True):
+            self._take_rank(info, n_ops, now, state=states[state], restart=restart, flush_s=flush_s)
+        entries = bb.groups
+        ng = len(entries)
+        entered = [0] * ng
         if pr.shape[0]:
-            np.maximum.at(entered, pr["group"].astype(np.intp), pr["entered"])
-        key = blocks["group"].astype(np.intp) * 256 + blocks["kind"].astype(np.intp)
-        n_key = np.bincount(key, weights=cnt).astype(np.int64) if blocks.shape[0] else np.zeros(0, np.int64)
-        ops_by_group: dict[int, dict[str, int]] = {}
-        for k in np.flatnonzero(n_key).tolist():
-            gx, kind = divmod(k, 256)
-            ops_by_group.setdefault(gx, {})[KIND_NAMES.get(kind, str(kind))] = int(n_key[k])
-        pr_group = pr["group"]
-        for i, entry in enumerate(bb.groups):
-            gi = self._take_group(entry)
-            gi.last_seq = max(gi.last_seq, int(entered[i]))
+            top = np.zeros(ng, np.int64)
+            np.maximum.at(top, pr["group"].astype(np.intp), pr["entered"])
+            entered = top.tolist()
+        ops_by_group: dict[int, list[tuple[str, int]]] = {}
+        for (gx, kind), n in _op_counts(blocks, cnt).items():
+            ops_by_group.setdefault(gx, []).append((KIND_NAMES.get(kind) or str(kind), n))
+        groups, dirty = self.groups, self.dirty_groups
+        for i, entry in enumerate(entries):
+            gi = groups.get(entry["id"])
+            if gi is None or gi.entry != entry:  # the same entry as last time changes nothing
+                gi = self._take_group(entry)
+            else:
+                dirty.add(gi.gid)
+            if entered[i] > gi.last_seq:
+                gi.last_seq = entered[i]
             if gi.runs is None:  # only shown while the members are unknown
-                gi.reporters.update(pr["rank"][pr_group == i].tolist())
-            for name, n in ops_by_group.get(i, {}).items():
+                gi.reporters.update(pr["rank"][pr["group"] == i].tolist())
+            for name, n in ops_by_group.get(i, ()):
                 gi.op_counts[name] = gi.op_counts.get(name, 0) + n
                 gi.ops += n
-        self.summaries.add_blocks(gids, bb, now)
+        self.summaries.add_blocks(tuple(g["id"] for g in entries), bb, now, n_records)
         self.dirty = True
         return bb
 
@@ -321,8 +327,18 @@ class JobState:
             out.append(size)
         return out
 
-    def _take_rank(self, h: Mapping[str, Any], n_ops: int, now: float) -> RankInfo:
-        """Update one rank from its header (a raw batch's, or a block batch's rank object)."""
+    def _take_rank(
+        self,
+        h: Mapping[str, Any],
+        n_ops: int,
+        now: float,
+        *,
+        state: str | None = None,
+        restart: int | None = None,
+        flush_s: float | None = None,
+    ) -> RankInfo:
+        """Update one rank from its header (a raw batch's, or a block batch's rank object, whose
+        ``state``, ``restart`` and ``flush_s`` travel in columns and are passed apart)."""
         rank = h["rank"]
         info = self.ranks.get(rank)
         if info is None or info.incarnation != h["incarnation"]:
@@ -338,27 +354,39 @@ class JobState:
                 info.ops, info.batches = old.ops, old.batches
             self.ranks[rank] = info
         self.dirty_ranks.add(rank)
+        get = h.get
         info.node = h["node"]
         info.last_seen = now
         info.last_batch = h["batch"]
         info.batches += 1
         info.ops += n_ops
-        info.drops = int(h.get("drops", 0))
-        info.pid = h.get("pid")
-        info.restart = int(h.get("restart", 0))
-        info.state = h.get("state", "running")
-        info.flush_s = float(h.get("flush_s", 1.0))
-        info.end_reason = h.get("end_reason")
-        info.stack = h.get("stack")
-        if h.get("meta"):
-            info.meta = h["meta"]
-        control = h.get("control") or {}
-        info.control_allowed = bool(control.get("allowed", False))
-        info.commands_ignored = int(control.get("ignored_total", 0) or 0)
-        self._ack(control, now)
-        fr = (h.get("attachments") or {}).get("flight_recorder")
-        if isinstance(fr, dict):
-            self.flight_recorder[rank] = {"command": fr.get("command"), "received": iso(now), "trace": fr.get("trace")}
+        info.drops = int(get("drops", 0))
+        info.pid = get("pid")
+        info.restart = int(get("restart", 0)) if restart is None else restart
+        info.state = get("state", "running") if state is None else state
+        info.flush_s = float(get("flush_s", 1.0)) if flush_s is None else flush_s
+        info.end_reason = get("end_reason")
+        info.stack = get("stack")
+        meta = get("meta")
+        if meta:
+            info.meta = meta
+        control = get("control")
+        if control:
+            info.control_allowed = bool(control.get("allowed", False))
+            info.commands_ignored = int(control.get("ignored_total", 0) or 0)
+            self._ack(control, now)
+        else:
+            info.control_allowed = False
+            info.commands_ignored = 0
+        attachments = get("attachments")
+        if attachments:
+            fr = attachments.get("flight_recorder")
+            if isinstance(fr, dict):
+                self.flight_recorder[rank] = {
+                    "command": fr.get("command"),
+                    "received": iso(now),
+                    "trace": fr.get("trace"),
+                }
         return info
 
     def _take_group(self, g: Mapping[str, Any]) -> GroupInfo:
@@ -376,6 +404,7 @@ class JobState:
         if isinstance(g.get("size"), int):
             gi.size = g["size"]
         gi.backend = g.get("backend", gi.backend)
+        gi.entry = g
         return gi
 
     # -- persistence ------------------------------------------------------------------------------
@@ -525,6 +554,23 @@ def _counts(r: Any, ngroups: int) -> dict[int, dict[str, int]]:
 
 
 _STATE_NAMES = {code: name for name, code in STATE_CODES.items()}
+_FEW_ROWS = 64
+
+
+def _op_counts(blocks: np.ndarray, cnt: np.ndarray) -> dict[tuple[int, int], int]:
+    """Op records per (group entry, kind) of block rows: plain Python for the few rows of one
+    node's body (cheaper than a dozen numpy calls), the distinct sorted keys for many."""
+    if blocks.shape[0] <= _FEW_ROWS:
+        out: dict[tuple[int, int], int] = {}
+        for key in zip(blocks["group"].tolist(), blocks["kind"].tolist(), cnt.tolist(), strict=True):
+            out[key[:2]] = out.get(key[:2], 0) + key[2]
+        return out
+    key = blocks["group"].astype(np.int64) * 256 + blocks["kind"]
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    sums = np.add.reduceat(cnt[order], first).tolist()
+    return {divmod(k, 256): n for k, n in zip(key[first].tolist(), sums, strict=True)}
 
 
 def _only_ranks(bb: BlockBatch, keep: np.ndarray) -> BlockBatch:

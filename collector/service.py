@@ -562,7 +562,12 @@ def _rank_results(
     rr, blocks = bb.ranks, bb.blocks
     n = rr.shape[0]
     records = [0] * n
-    if blocks.shape[0]:
+    if 0 < blocks.shape[0] <= 4 * n:  # a row or two per rank and group: plain Python is cheaper
+        per: dict[int, int] = {}
+        for r, c in zip(blocks["rank"].tolist(), blocks["count"].tolist(), strict=True):
+            per[r] = per.get(r, 0) + c
+        records = [per.get(r, 0) for r in rr["rank"].tolist()]
+    elif blocks.shape[0]:
         order = np.argsort(rr["rank"], kind="stable")
         pos = order[np.searchsorted(rr["rank"][order], blocks["rank"])]
         records = np.bincount(pos, weights=blocks["count"], minlength=n).astype(np.int64).tolist()

@@ -10,6 +10,7 @@ is stored with the row: a process that takes over a job's lease carries on its o
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,6 +76,10 @@ class _Window:
     dirty: bool = True
 
 
+_BlockPart = tuple[float, list[int], np.ndarray, np.ndarray, np.ndarray]
+"""A queued block batch: window start, the job's group index of each of its group entries, its
+block rows, and its progress rows' rank and group entry columns."""
+
 MAX_QUEUED = 20_000_000
 """Records queued for folding at most (the persist loop folds every ``persist_interval_s``; this
 only bounds memory if it is stuck: past it, records are left out of the summaries and counted)."""
@@ -97,8 +102,7 @@ class _Queue:
         self.nbytes = np.empty(capacity, np.float64)
         self.windows: list[tuple[int, float]] = []  # (offset, window start) where a window begins
         self.reports: list[tuple[float, int, list[int]]] = []  # (window, rank, the groups its batch named)
-        # block batches: (window, group index per block row, block rows, progress ranks, their group index)
-        self.blocks: list[tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.blocks: list[_BlockPart] = []
 
     def append(self, start: float, rank: int, groups: list[int], lut: np.ndarray, r: Records) -> None:
         k = len(r)
@@ -138,7 +142,7 @@ class GroupSummaries:
         self._index: dict[str, int] = {}
         self._gids: list[str] = []
         self._queue = _Queue()
-        self._blocks: list[tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._blocks: list[_BlockPart] = []
         self._queued_blocks = 0
         self.dropped = 0
 
@@ -168,25 +172,28 @@ class GroupSummaries:
             index.append(j)
         self._queue.append(self.window_start(now), rank, index, np.array(index, dtype=np.intp), r)
 
-    def add_blocks(self, gids: tuple[str, ...], bb: BlockBatch, now: float) -> None:
-        """Queue a block batch's rows (received at ``now``).
+    def add_blocks(self, gids: tuple[str, ...], bb: BlockBatch, now: float, records: int | None = None) -> None:
+        """Queue a block batch's rows (received at ``now``; ``records``: what its rows' counts sum
+        to, if the caller has it).
 
         A block row stands for ``count`` ops; they go into the histogram at the row's mean time
         inside them, so in block mode percentiles are those of block means (the minimum and
-        maximum stay exact).
+        maximum stay exact). Group entries are mapped to the job's groups when folded, for all
+        queued batches at once.
         """
         b = bb.blocks
-        n = int(b["count"].sum(dtype=np.int64)) if b.shape[0] else 0
+        n = records if records is not None else int(b["count"].sum(dtype=np.int64)) if b.shape[0] else 0
         if not n:
             return
         if self._queued_blocks + n > MAX_QUEUED:
             self.dropped += n
             return
-        lut = np.array([self._gindex(gid) for gid in gids], dtype=np.intp)
+        index = self._index
+        lut = [index.get(gid) for gid in gids]
+        if None in lut:
+            lut = [self._gindex(gid) for gid in gids]
         pr = bb.progress
-        self._blocks.append(
-            (self.window_start(now), lut[b["group"].astype(np.intp)], b, pr["rank"], lut[pr["group"].astype(np.intp)])
-        )
+        self._blocks.append((self.window_start(now), lut, b, pr["rank"], pr["group"]))  # type: ignore[arg-type]
         self._queued_blocks += n
 
     def _gindex(self, gid: str) -> int:
@@ -257,16 +264,20 @@ class GroupSummaries:
             kinds = touched[gi].kinds
             kinds[name] = kinds.get(name, 0) + n
 
-    def _fold_blocks(self, parts: list[tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]) -> None:
+    def _fold_blocks(self, parts: list[_BlockPart]) -> None:
         by_start: dict[float, list[int]] = {}
         for i, p in enumerate(parts):
             by_start.setdefault(p[0], []).append(i)
         ngroups = len(self._gids)
         for start, idx in by_start.items():
-            g = np.concatenate([parts[i][1] for i in idx])
+            # each part's group entries, mapped through its own table into the job's groups
+            luts = [parts[i][1] for i in idx]
+            lut = np.fromiter(itertools.chain.from_iterable(luts), np.intp)
+            base = np.cumsum([0] + [len(t) for t in luts[:-1]])
             b = np.concatenate([parts[i][2] for i in idx])
-            if not g.shape[0]:
+            if not b.shape[0]:
                 continue
+            g = lut[np.repeat(base, [parts[i][2].shape[0] for i in idx]) + b["group"]]
             cnt = b["count"].astype(np.int64)
             w_cnt = cnt.astype(np.float64)
             per_group = np.bincount(g, weights=w_cnt, minlength=ngroups).astype(np.int64)
@@ -301,7 +312,7 @@ class GroupSummaries:
                     name = KIND_NAMES.get(k, str(k))
                     w.kinds[name] = w.kinds.get(name, 0) + int(kinds[gi * 256 + k])
             ranks = np.concatenate([parts[i][3] for i in idx]).astype(np.int64)
-            rg = np.concatenate([parts[i][4] for i in idx])
+            rg = lut[np.repeat(base, [parts[i][4].shape[0] for i in idx]) + np.concatenate([parts[i][4] for i in idx])]
             pairs = np.unique(rg * (1 << 32) + ranks)
             pg, pr = pairs >> 32, pairs & 0xFFFFFFFF
             for gi in np.unique(pg).tolist():

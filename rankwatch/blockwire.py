@@ -202,6 +202,9 @@ def _row_bytes(dt: np.dtype[Any]) -> int:
 
 
 _ROW_BYTES = {name: _row_bytes(dt) for name, dt in _TABLES}
+_FIELDS: dict[str, tuple[tuple[str, np.dtype[Any]], ...]] = {
+    name: tuple((f, dt[f]) for f in dt.names or ()) for name, dt in _TABLES
+}
 _ROW_BYTES["progress"] += _GROUP_RANK.itemsize
 
 
@@ -252,14 +255,13 @@ def decode_blocks(body: bytes) -> BlockBody:
     for name, dt in _TABLES:
         n = counts[name]
         rows = np.empty(n, dt)
-        for field in dt.names or ():
-            fdt = dt.fields[field][0]  # type: ignore[index]
-            size = fdt.itemsize * n
-            rows[field] = np.frombuffer(block, fdt, n, off)
-            off += size
-        if name == "progress":
-            group_rank = np.frombuffer(block, _GROUP_RANK, n, off)
-            off += _GROUP_RANK.itemsize * n
+        if n:
+            for field, fdt in _FIELDS[name]:
+                rows[field] = np.frombuffer(block, fdt, n, off)
+                off += fdt.itemsize * n
+            if name == "progress":
+                group_rank = np.frombuffer(block, _GROUP_RANK, n, off)
+                off += _GROUP_RANK.itemsize * n
         tables[name] = rows
     job, world, groups, rank_info = _validate_header(header, n_ranks, per_rank)
     bb = BlockBatch(
@@ -311,6 +313,7 @@ def _validate_header(
             raise WireError(f"groups[{i}] block size must be a power of two from 1 to {BLOCK_SEQS}")
     if not isinstance(ranks, list) or len(ranks) != n_ranks:
         raise WireError(f"header field 'ranks' must be a list of {n_ranks} objects, one per rank row")
+    ng = len(groups)
     for i, r in enumerate(ranks):
         if not isinstance(r, dict):
             raise WireError(f"ranks[{i}] must be an object")
@@ -318,21 +321,22 @@ def _validate_header(
             v = r.get(key)
             if not isinstance(v, typ) or isinstance(v, bool):
                 raise WireError(f"ranks[{i}] lacks {key!r} or it is not {_tname(typ)}")
-        if len(r) > 4:
-            for key, typ in _OPTIONAL.items():
-                v = r.get(key)
-                if v is not None and not isinstance(v, typ):
-                    raise WireError(f"ranks[{i}].{key} must be {_tname(typ)}")
-        if not r["node"] or len(r["node"]) > MAX_NAME or not r["incarnation"] or len(r["incarnation"]) > MAX_NAME:
+        if len(r) > 4:  # the optional keys it has (a rank object has a few of the many there are)
+            for key, v in r.items():
+                opt = _OPTIONAL.get(key)
+                if opt is not None and v is not None and not isinstance(v, opt):
+                    raise WireError(f"ranks[{i}].{key} must be {_tname(opt)}")
+        node, incarnation, rank = r["node"], r["incarnation"], r["rank"]
+        if not node or len(node) > MAX_NAME or not incarnation or len(incarnation) > MAX_NAME:
             raise WireError(f"ranks[{i}] node and incarnation must be 1 to {MAX_NAME} characters")
-        if r["batch"] < 0 or not 0 <= r["rank"] < world:
-            raise WireError(f"ranks[{i}]: rank {r['rank']} must be within world size {world}, its batch number >= 0")
+        if r["batch"] < 0 or not 0 <= rank < world:
+            raise WireError(f"ranks[{i}]: rank {rank} must be within world size {world}, its batch number >= 0")
         if per_rank:
             entries = r.get("group_entries")
             if (
                 not isinstance(entries, list)
                 or len(entries) > MAX_GROUPS_PER_BATCH
-                or not all(type(e) is int and 0 <= e < len(groups) for e in entries)
+                or not all(type(e) is int and 0 <= e < ng for e in entries)
             ):
                 raise WireError(f"ranks[{i}].group_entries must list indices of the header's groups")
     return job, world, groups, ranks
@@ -342,7 +346,71 @@ def _pow2_upto(b: int) -> bool:
     return 1 <= b <= BLOCK_SEQS and b & (b - 1) == 0
 
 
+_POW2_OK = np.zeros(1 << 16, bool)  # by block_seqs (a u2 column): a power of two from 1 to BLOCK_SEQS
+_POW2_OK[[1 << i for i in range(BLOCK_SEQS.bit_length())]] = True
+_INFLIGHT_KIND_OK = _KIND_KNOWN.copy()
+_INFLIGHT_KIND_OK[0] = True  # nothing in flight
+
+
 def _validate_rows(bb: BlockBatch, world: int, rank_info: list[dict[str, Any]]) -> None:
+    """Check the tables' rows: one combined verdict per table, as few numpy calls as it takes
+    (a body from one node has a few dozen rows, so the calls cost more than the rows); the
+    checks one by one only to say what is wrong.
+
+    Raises:
+        WireError: the first thing wrong, in the order ``_explain_rows`` checks.
+    """
+    if not _rows_look_right(bb, world, rank_info):
+        _explain_rows(bb, world, rank_info)
+
+
+def _rows_look_right(bb: BlockBatch, world: int, rank_info: list[dict[str, Any]]) -> bool:
+    """Whether every check of ``_explain_rows`` passes (False may still be a false alarm)."""
+    rr = bb.ranks
+    ranks = rr["rank"].tolist()
+    if ranks != [r["rank"] for r in rank_info] or len(set(ranks)) != len(ranks):
+        return False
+    if ranks:
+        w, fs = rr["world"], rr["flush_s"]
+        if ((w < 1) | (w > world) | (rr["state"] >= _STATES) | ~(fs > 0) | (fs == np.inf) | (rr["restart"] < 0)).any():
+            return False
+    tables = [t for t in (bb.progress, bb.p2p, bb.blocks) if t.shape[0]]
+    if not tables:
+        return True
+    if not ranks:
+        return False
+    group = tables[0]["group"] if len(tables) == 1 else np.concatenate([t["group"] for t in tables])
+    if int(group.max()) >= len(bb.groups):
+        return False
+    rank = tables[0]["rank"] if len(tables) == 1 else np.concatenate([t["rank"] for t in tables])
+    known = np.sort(rr["rank"])
+    if not (known[np.minimum(np.searchsorted(known, rank), known.shape[0] - 1)] == rank).all():
+        return False
+    pr = bb.progress
+    if pr.shape[0]:
+        c = pr["completed"]
+        if ((c < 0) | (c > pr["entered"]) | ~_INFLIGHT_KIND_OK[pr["inflight_kind"]]).any():
+            return False
+    pp = bb.p2p
+    if pp.shape[0] and (~_KIND_P2P[pp["kind"]] | (pp["seq"] < 1) | (pp["peer"] < 0)).any():
+        return False
+    b = bb.blocks
+    if b.shape[0]:
+        bs, cnt, blk, hi, mn = b["block_seqs"], b["count"], b["block"], b["seq_hi"], b["min_ns"]
+        lo = blk * bs + 1
+        bad = ~_POW2_OK[bs] | ~_KIND_KNOWN[b["kind"]] | (cnt < 1) | (cnt > bs) | (blk < 0) | (hi < lo)
+        bad |= (hi >= lo + bs) | (b["nbytes"] < 0) | (b["peer"] < -1) | (mn < 0) | (mn > b["max_ns"])
+        bad |= (b["sum_ns"] < 0) | (b["first_enter_ns"] > b["last_enter_ns"])
+        said = [g.get("block_seqs") or 0 for g in bb.groups]
+        if any(said):
+            gb = np.array(said, np.int64)[b["group"]]
+            bad |= (gb != 0) & (gb != bs)
+        if bad.any():
+            return False
+    return True
+
+
+def _explain_rows(bb: BlockBatch, world: int, rank_info: list[dict[str, Any]]) -> None:
     rr = bb.ranks
     ranks = rr["rank"].astype(np.int64)
     said = np.fromiter((r["rank"] for r in rank_info), np.int64, len(rank_info))
@@ -409,44 +477,52 @@ def _validate_rows(bb: BlockBatch, world: int, rank_info: list[dict[str, Any]]) 
             raise WireError("a block row's block size differs from its group's block_seqs")
 
 
-_FEW = 16
+_ANYONE = (0, 1 << 62, 1)
 
 
 def check_membership(bb: BlockBatch) -> None:
     """Check that every row's rank is a member of the group it names (where the group says its
     members), as the collector does for raw batches.
 
+    A group entry is almost always one run (``[start, stop, step]``): those are checked for all
+    rows at once; entries of several runs (an irregular group) one entry at a time.
+
     Raises:
-        WireError: naming the first group with an outsider.
+        WireError: naming the first group (by entry index) with an outsider, and its lowest
+            outsider.
     """
     ng = len(bb.groups)
     if not ng:
         return
-    parts = [t[["rank", "group"]] for t in (bb.progress, bb.p2p, bb.blocks) if t.shape[0]]
-    if not parts:
+    tables = [t for t in (bb.progress, bb.p2p, bb.blocks) if t.shape[0]]
+    if not tables:
         return
-    key = np.unique(
-        np.concatenate([p["group"].astype(np.int64) * (1 << 32) + p["rank"].astype(np.int64) for p in parts])
-    )
-    g, r = key >> 32, key & 0xFFFFFFFF
-    bounds = np.searchsorted(g, np.arange(ng + 1)).tolist()
+    one: list[Any] = []  # [start, stop, step] of each entry of one run; anyone's for the others
+    several: list[int] = []
     for i, entry in enumerate(bb.groups):
         runs = entry.get("ranks")
-        lo, hi = bounds[i], bounds[i + 1]
-        if not runs or lo == hi:
-            continue
-        if hi - lo <= _FEW:  # a few reporters (a rank's or an agent's body): plain Python is cheaper
-            outsider = next(
-                (x for x in r[lo:hi].tolist() if not any(a <= x < b and (x - a) % c == 0 for a, b, c in runs)), None
-            )
+        if runs and len(runs) == 1:
+            one.append(runs[0])
         else:
-            rs = r[lo:hi]
+            one.append(_ANYONE)
+            if runs:
+                several.append(i)
+    g = np.concatenate([t["group"] for t in tables]).astype(np.intp)
+    r = np.concatenate([t["rank"] for t in tables]).astype(np.int64)
+    start, stop, step = np.array(one, np.int64)[g].T
+    bad = (r < start) | (r >= stop) | ((r - start) % step != 0)
+    for i in several:
+        rows = np.flatnonzero(g == i)
+        if rows.shape[0]:
+            rs = r[rows]
             ok = np.zeros(rs.shape[0], bool)
-            for start, stop, step in runs:
-                ok |= (rs >= start) & (rs < stop) & ((rs - start) % step == 0)
-            outsider = None if ok.all() else int(rs[~ok][0])
-        if outsider is not None:
-            raise WireError(f"rank {outsider} reports groups[{i}] ({entry['id']!r}) but is not one of its members")
+            for a, b, c in bb.groups[i]["ranks"]:
+                ok |= (rs >= a) & (rs < b) & ((rs - a) % c == 0)
+            bad[rows] = ~ok
+    if bad.any():
+        gi = int(g[bad].min())
+        outsider = int(r[bad & (g == gi)].min())
+        raise WireError(f"rank {outsider} reports groups[{gi}] ({bb.groups[gi]['id']!r}) but is not one of its members")
 
 
 def rank_body(header: Mapping[str, Any], blocks: np.ndarray, *, compress: bool = True) -> bytes:

@@ -379,40 +379,41 @@ def validate_header(header: Mapping[str, Any]) -> None:
 
 
 def _validate_group(i: int, g: Any, world: int) -> None:
-    where = f"groups[{i}]"
+    # every rank's group entries pass here, every batch: the common case costs a few type checks
     if not isinstance(g, dict):
-        raise WireError(f"{where} must be an object")
+        raise WireError(f"groups[{i}] must be an object")
     gid = g.get("id")
     if not isinstance(gid, str) or not gid or len(gid) > MAX_NAME:
-        raise WireError(f"{where}.id must be a non-empty string of at most {MAX_NAME} characters")
+        raise WireError(f"groups[{i}].id must be a non-empty string of at most {MAX_NAME} characters")
     ranks = g.get("ranks")
     if ranks is None:  # membership unknown to the rank; the collector infers it from who reports
         ranks = []
     elif not isinstance(ranks, list) or not ranks:
-        raise WireError(f"{where}.ranks must be a non-empty list of [start, stop, step] runs")
+        raise WireError(f"groups[{i}].ranks must be a non-empty list of [start, stop, step] runs")
     size = 0
     for run in ranks:
-        if (
-            not isinstance(run, list)
-            or len(run) != 3
-            or not all(isinstance(x, int) and not isinstance(x, bool) for x in run)
-        ):
-            raise WireError(f"{where}.ranks must be a list of [start, stop, step] integer runs")
+        # type(x) is int: JSON gives int, bool, float or str, and a bool is no rank
+        if not isinstance(run, list) or len(run) != 3:
+            raise WireError(f"groups[{i}].ranks must be a list of [start, stop, step] integer runs")
         start, stop, step = run
+        if type(start) is not int or type(stop) is not int or type(step) is not int:
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in run):
+                raise WireError(f"groups[{i}].ranks must be a list of [start, stop, step] integer runs")
         if step <= 0 or start < 0 or stop > world or stop <= start:
-            raise WireError(f"{where}.ranks run {run} is not within world size {world}")
-        size += len(range(start, stop, step))
+            raise WireError(f"groups[{i}].ranks run {run} is not within world size {world}")
+        size += (stop - start + step - 1) // step
     if size > world:
-        raise WireError(f"{where} has {size} members, more than the world size {world}")
-    for key in ("entered", "completed"):
-        v = g.get(key, 0)
+        raise WireError(f"groups[{i}] has {size} members, more than the world size {world}")
+    entered = g.get("entered", 0)
+    completed = g.get("completed", 0)
+    for key, v in (("entered", entered), ("completed", completed)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise WireError(f"{where}.{key} must be a non-negative integer")
-    if g.get("completed", 0) > g.get("entered", 0):
-        raise WireError(f"{where}.completed is ahead of {where}.entered")
+            raise WireError(f"groups[{i}].{key} must be a non-negative integer")
+    if completed > entered:
+        raise WireError(f"groups[{i}].completed is ahead of groups[{i}].entered")
     since = g.get("inflight_since_ns")
     if since is not None and (not isinstance(since, int) or isinstance(since, bool)):
-        raise WireError(f"{where}.inflight_since_ns must be an integer or null")
+        raise WireError(f"groups[{i}].inflight_since_ns must be an integer or null")
 
 
 def _validate_records(header: Mapping[str, Any], r: Records) -> None:

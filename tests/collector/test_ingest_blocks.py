@@ -84,6 +84,15 @@ def test_summaries_are_written_from_blocks(client: TestClient) -> None:
     rows = collector.summaries(bodies[0][0]["job"])
     assert rows and sum(r["ops"] for r in rows) == sum(n for _, n, _ in bodies)
     assert all(r["time_min_ms"] <= r["time_p50_ms"] <= r["time_max_ms"] for r in rows)
+    # each rank's bodies number its own groups: the ops land in the groups they were run on
+    job = client.get(f"/jobs/{bodies[0][0]['job']}").json()
+    got: dict[str, int] = {}
+    ranks: dict[str, int] = {}
+    for r in rows:
+        got[r["group"]] = got.get(r["group"], 0) + r["ops"]
+        ranks[r["group"]] = max(ranks.get(r["group"], 0), r["ranks"])
+    assert got == {g["id"]: g["ops"] for g in job["groups"] if g["ops"]}
+    assert ranks == {g["id"]: g["size"] for g in job["groups"] if g["ops"]}  # every member reported
 
 
 def test_first_word_settles_a_groups_block_size(client: TestClient) -> None:
@@ -124,6 +133,9 @@ def test_many_ranks_in_one_body_and_in_a_multibatch(client: TestClient) -> None:
     assert r.status_code == 200 and all(x["status"] == 200 for x in r.json()["results"]), r.text
     job = client.get("/jobs/agg").json()
     assert job["ops"] == sent > 0 and len(job["ranks"]) == lay.world
+    assert max(int.from_bytes(f[24:28], "little") for f in frames) > 64  # block rows: counted by numpy, not one by one
+    assert sum(sum(g["op_counts"].values()) for g in job["groups"]) == sent
+    assert all(sum(g["op_counts"].values()) == g["ops"] for g in job["groups"])
 
 
 @pytest.mark.parametrize(

@@ -109,6 +109,7 @@ def _blocks(**fields: Any) -> np.ndarray:
 
 def test_valid_body_decodes() -> None:
     assert decode_blocks(_body()).records > 0
+    assert decode_blocks(_body(p2p=_p2p_row())).batch.p2p.shape[0] == 1  # the row the cases below spoil
 
 
 @pytest.mark.parametrize(
@@ -151,6 +152,54 @@ def test_valid_body_decodes() -> None:
 def test_malformed_bodies_are_refused_with_a_reason(body: bytes, says: str) -> None:
     with pytest.raises(WireError, match=None) as exc:
         decode_blocks(body)
+    assert says in str(exc.value)
+
+
+def _table(name: str, **fields: Any) -> np.ndarray:
+    """A valid body's ``name`` table with fields of its first row replaced."""
+    d = next(iter(deliveries(_scenario())))
+    h = d.batch.header
+    rows = getattr(from_batch(h, d.batch.records, np.full(len(h["groups"]), 8)), name).copy()
+    for k, v in fields.items():
+        rows[k][0] = v
+    return rows
+
+
+def _p2p_row(**fields: Any) -> np.ndarray:
+    rows = np.zeros(1, from_batch.__globals__["P2P_DTYPE"])
+    rows[0] = (int(_table("ranks")["rank"][0]), 0, int(OpKind.SEND), 1, 5, 100)  # a valid one to start from
+    for k, v in fields.items():
+        rows[k][0] = v
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("over", "says"),
+    [
+        ({"ranks": _table("ranks", world=0)}, "world size is not within"),
+        ({"ranks": _table("ranks", world=99)}, "world size is not within"),
+        ({"ranks": _table("ranks", state=7)}, "unknown rank state code 7"),
+        ({"ranks": _table("ranks", flush_s=0.0)}, "flush_s must be a positive number"),
+        ({"ranks": _table("ranks", flush_s=np.inf)}, "flush_s must be a positive number"),
+        ({"ranks": _table("ranks", flush_s=np.nan)}, "flush_s must be a positive number"),
+        ({"ranks": _table("ranks", restart=-1)}, "restart counts must not be negative"),
+        ({"progress": _table("progress", completed=10**9)}, "not ahead of entered"),
+        ({"progress": _table("progress", completed=-1)}, "completed must be >= 0"),
+        ({"progress": _table("progress", inflight_kind=250)}, "unknown in-flight op kind"),
+        ({"progress": _table("progress", rank=3)}, "progress row is about a rank that has no rank row"),
+        ({"progress": _table("progress", group=77)}, "names group index 77"),
+        ({"p2p": _p2p_row(kind=int(OpKind.ALL_REDUCE))}, "must be a send or a recv"),
+        ({"p2p": _p2p_row(seq=0)}, "need seq >= 1"),
+        ({"p2p": _p2p_row(peer=-2)}, "need seq >= 1 and a peer >= 0"),
+        ({"p2p": _p2p_row(rank=9)}, "p2p row is about a rank that has no rank row"),
+        ({"blocks": _blocks(block=-1)}, "seq_hi is not within its block"),
+        ({"blocks": _blocks(peer=-2)}, "peer below -1"),
+        ({"blocks": _blocks(sum_ns=-5)}, "sum_ns >= 0"),
+    ],
+)
+def test_every_row_check_refuses_with_its_own_reason(over: dict[str, Any], says: str) -> None:
+    with pytest.raises(WireError) as exc:
+        decode_blocks(_body(**over))
     assert says in str(exc.value)
 
 
