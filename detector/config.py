@@ -41,12 +41,8 @@ class DetectorConfig:
     """Blocks a rank must have in a group before its lateness there is judged (start-up is not a fault)."""
     explain_k: float = 0.5
     """A rank late in one group is a victim if it waited this share of its lateness inside another."""
-    victim_wait_k: float = 1.0
-    """...or if, beyond its usual, it spent this multiple of its lateness waiting inside other groups' ops."""
     hold_s: float = 1.0
-    """A slow suspect must hold this long before it is reported..."""
-    sure_k: float = 3.0
-    """...unless its effect is this many times its threshold."""
+    """A slow suspect must hold this long before it is reported."""
     link_hold_s: float = 3.0
     """A slow link that one of its nodes' NICs explains as well is held this much longer first."""
     release_s: float = 6.0

@@ -77,6 +77,7 @@ class JobDetector:
         self._ch_slow: dict[int, float] = {}
         self.batches = 0
         self.rows = 0
+        self._rank_blocks = False  # blocks cut by the ranks (block mode) have come in
 
     # -- input -------------------------------------------------------------------------------------
     def observe(self, batch: Batch, received_at: float) -> None:
@@ -100,6 +101,7 @@ class JobDetector:
             batch: the ranks' liveness, progress and block summaries.
             received_at: server wall-clock seconds when it arrived.
         """
+        self._rank_blocks = True
         if batch.ranks.shape[0]:
             self._see_world(int(batch.ranks["world"].max()))
         get = self.topo.channel_id.get
@@ -329,7 +331,16 @@ class JobDetector:
         st = cell_stats(ready)
         blk = key_block(ready["key"])
         row_ch = topo.slot_ch[st.slot]
-        self.late.update(now, st, blk * topo.ch_block[row_ch] + 1, n_slots, n_ch, row_ch, topo.ch_parent[row_ch] >= 0)
+        self.late.update(
+            now,
+            st,
+            blk * topo.ch_block[row_ch] + 1,
+            n_slots,
+            n_ch,
+            row_ch,
+            topo.ch_parent[row_ch] >= 0,
+            spread=self._rank_blocks,
+        )
         first_row = np.flatnonzero(np.r_[True, np.diff(ready["key"]) != 0]) if len(st) else np.zeros(0, np.int64)
         self.prog.observe_cells(now, st, (blk[first_row] + 1) * topo.ch_block[st.c_ch])
         # transfers first: channels slow now (or reported slow) freeze lateness baselines, and
@@ -581,12 +592,7 @@ class JobDetector:
             self._rank_hot.setdefault(r, now)
         if not roots:
             return
-        # evidence far above the threshold needs no second look; evidence near it must hold
-        confirmed = [
-            r
-            for r in roots
-            if now - self._rank_hot[r] >= cfg.hold_s or roots[r].excess >= cfg.sure_k * roots[r].threshold
-        ]
+        confirmed = [r for r in roots if now - self._rank_hot[r] >= cfg.hold_s]
         nodes, singles = self._node_groups(sorted(roots))
         # a node already reported keeps every root on it (its ranks flicker in and out of the evidence)
         active_nodes = {

@@ -68,7 +68,7 @@ def _grow(a: np.ndarray, n: int, fill: float) -> np.ndarray:
 class LatenessTracker:
     """Bucketed lateness per slot, baselines, and the roots they point to."""
 
-    _NAN = ("base_late", "base_dur", "mean_dur", "noise", "level", "onset", "first_data")
+    _NAN = ("base_late", "base_dur", "noise", "level", "onset", "first_data")
 
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
@@ -79,7 +79,6 @@ class LatenessTracker:
         self.bid = np.full(_K, -(2**62), np.int64)  # absolute bucket id held by each ring position
         self.base_late = np.full(0, np.nan)
         self.base_dur = np.full(0, np.nan)
-        self.mean_dur = np.full(0, np.nan)  # usual mean time inside one op (pipelines: their waits)
         self.noise = np.full(0, np.nan)  # usual fluctuation of the excess lateness (s/s)
         self.level = np.full(0, np.nan)  # ...around this running level of it
         self.onset = np.full(0, np.nan)
@@ -87,7 +86,6 @@ class LatenessTracker:
         self.base_age = np.zeros(0)
         self.noise_age = np.zeros(0)
         self.ncells = np.zeros(0)
-        self.mean_n = np.zeros(0)  # blocks behind ``mean_dur``
         self.onset_seq = np.zeros(0, np.int64)
         self.hot = np.zeros(0, bool)
         self.busy = np.zeros(0, bool)
@@ -119,7 +117,6 @@ class LatenessTracker:
         self.base_age = _grow(self.base_age, n, 0.0)
         self.noise_age = _grow(self.noise_age, n, 0.0)
         self.ncells = _grow(self.ncells, n, 0.0)
-        self.mean_n = _grow(self.mean_n, n, 0.0)
         self.onset_seq = _grow(self.onset_seq, n, 0)
         self.hot = _grow(self.hot, n, False)
         self.busy = _grow(self.busy, n, False)
@@ -137,6 +134,7 @@ class LatenessTracker:
         n_ch: int,
         topo_ch: np.ndarray | None = None,
         topo_p2p: np.ndarray | None = None,
+        spread: bool = False,
     ) -> None:
         """Add analysed blocks.
 
@@ -148,6 +146,8 @@ class LatenessTracker:
             n_ch: channels in the topology.
             topo_ch: each row's channel.
             topo_p2p: whether each row's channel is point-to-point.
+            spread: spread blocks longer than a bucket over the buckets they cover (blocks the ranks
+                cut themselves; raw records are cut here, at ``raw_block_s``).
         """
         cfg = self.cfg
         self._ensure(n_slots, n_ch)
@@ -169,21 +169,22 @@ class LatenessTracker:
                 arr[: self.n, p] = 0.0  # rows past the slots in use were never written
             self.bid[p] = b
         st_slot, late, dur, cnt = st.slot, st.late, st.dur, st.cnt
-        # a block longer than a bucket (a big job's blocks may span 64 ops) is spread over the buckets
-        # it covers, in proportion to time: all in its last bucket, it would leave most of the ring
-        # empty and its slot never judged
-        t0 = np.minimum(st.t0, t)
-        long = t - t0 > cfg.bucket_s
-        if long.any():
-            li, short = np.flatnonzero(long), np.flatnonzero(~long)
-            k = np.minimum(ids[li] - np.floor(t0[li] / cfg.bucket_s).astype(np.int64), _K - 1) + 1
-            rep = np.repeat(li, k)
-            b = ids[rep] - (np.arange(rep.shape[0]) - np.repeat(np.cumsum(k) - k, k))
-            lo = np.maximum(t0[rep], b * cfg.bucket_s)
-            hi = np.minimum(t[rep], (b + 1) * cfg.bucket_s)
-            w = np.clip(hi - lo, 0.0, None) / (t[rep] - t0[rep])
-            st_slot, ids = np.r_[st_slot[short], st_slot[rep]], np.r_[ids[short], b]
-            late, dur, cnt = (np.r_[x[short], x[rep] * w] for x in (late, dur, cnt))
+        if spread:
+            # a block longer than a bucket (ranks' own blocks may span 64 ops) is spread over the
+            # buckets it covers, in proportion to time: all in its last bucket, it would leave most
+            # of the ring empty and its slot never judged
+            t0 = np.minimum(st.t0, t)
+            long = t - t0 > cfg.bucket_s
+            if long.any():
+                li, short = np.flatnonzero(long), np.flatnonzero(~long)
+                k = np.minimum(ids[li] - np.floor(t0[li] / cfg.bucket_s).astype(np.int64), _K - 1) + 1
+                rep = np.repeat(li, k)
+                b = ids[rep] - (np.arange(rep.shape[0]) - np.repeat(np.cumsum(k) - k, k))
+                lo = np.maximum(t0[rep], b * cfg.bucket_s)
+                hi = np.minimum(t[rep], (b + 1) * cfg.bucket_s)
+                w = np.clip(hi - lo, 0.0, None) / (t[rep] - t0[rep])
+                st_slot, ids = np.r_[st_slot[short], st_slot[rep]], np.r_[ids[short], b]
+                late, dur, cnt = (np.r_[x[short], x[rep] * w] for x in (late, dur, cnt))
         pos = ids % _K
         keep = self.bid[pos] == ids  # drop blocks older than the ring
         if not keep.all():
@@ -223,18 +224,6 @@ class LatenessTracker:
             a = np.where(d < 0, np.maximum(5.0 * up, 0.2), up)
             new = np.where(fresh, x, base + np.minimum(a, 1.0) * d)
             np.put(self.base_dur, sl_, new)  # several blocks of one slot: the last one stands
-            # ...and the plain mean of it, which for a pipeline's sends and receives is mostly the
-            # schedule's waiting: what a victim of an upstream delay waits beyond is the change in it
-            # (from the end of the slot's start-up on, a plain running mean over its first blocks).
-            # While anyone is, or waits on, a suspect, a pipeline's waits anywhere may be its echo: the
-            # usual mean learns only while the whole job looks normal
-            grown = st.t[learn] - self.first_data[sl_] >= cfg.baseline_skip_s
-            if grown.any() and not self.busy.any():
-                sm, xm, um = sl_[grown], x[grown], up[grown]
-                mean = self.mean_dur[sm]
-                am = np.maximum(um, 1.0 / (self.mean_n[sm] + 1.0))
-                np.put(self.mean_dur, sm, np.where(np.isnan(mean), xm, mean + am * (xm - np.nan_to_num(mean))))
-                np.add.at(self.mean_n, sm, 1.0)
         np.add.at(self.ncells, st.slot, 1.0)
         # where a streak of being late starts: the earliest late block after a quiet spell
         fl = np.flatnonzero(st.lateflag)
@@ -458,45 +447,11 @@ class LatenessTracker:
         extra = np.clip(np.nan_to_num(wd - self.base_dur[:n] * wo, nan=0.0), 0.0, None)
         total = np.bincount(topo.slot_rank, extra, topo.world)
         elsewhere = total[topo.slot_rank] - extra  # per slot: its rank's extra inside other groups' ops
-        # ...where, as an absolute amount, a pipeline's sends and receives count only beyond their
-        # usual mean: time inside them is mostly the schedule's waiting (bubbles), large for every
-        # stage all the time; a victim of an upstream delay waits longer than usual, a straggler not
-        whole = topo.ch_parent[topo.slot_ch] < 0
-        if frozen_ch is not None and frozen_ch.shape[0]:
-            whole |= frozen_ch[topo.slot_ch]  # ...unless its transfers are slow: then all of it counts
-        usual = np.where(whole, self.base_dur[:n], self.mean_dur[:n])
-        extra_c = np.clip(np.nan_to_num(wd - usual * wo, nan=0.0), 0.0, None)
-        elsewhere_c = np.bincount(topo.slot_rank, extra_c, topo.world)[topo.slot_rank] - extra_c
-        # a pipeline's waits go both ways: a slow stage waits for the next microbatch from the stage it
-        # holds up. What a rank waited for a partner that waited longer for it the other way (it is
-        # later to the partner than the partner is to it, and the partner hardly late at all) is its
-        # own delay coming back round, and explains nothing
-        back, back_c = np.zeros(n), np.zeros(n)
-        rev = topo.p2p_reverse()
-        pipe = np.flatnonzero((topo.ch_parent[topo.slot_ch] >= 0) & (rev[topo.slot_ch] >= 0))
-        if pipe.shape[0]:
-            ch = topo.slot_ch[pipe]
-            rch = rev[ch]
-            pos = pipe - topo.ch_off[ch]  # 0: the sender, 1: the receiver (places swap the other way)
-            twin = topo.ch_off[rch] + pos  # the partner, the other way
-            me_back = topo.ch_off[rch] + 1 - pos  # this rank, the other way
-            partner = topo.ch_off[ch] + 1 - pos
-            exl = np.nan_to_num(self.ex_late[:n], nan=0.0)
-            mine_first = (exl[me_back] > 0) & (exl[me_back] > exl[partner]) & (exl[partner] < 0.25 * self.thr[partner])
-            if frozen_ch is not None and frozen_ch.shape[0]:
-                mine_first &= ~frozen_ch[ch] & ~frozen_ch[rch]  # a slow transfer is a wait of its own
-            back[pipe] = np.where(mine_first, np.minimum(extra[pipe], extra_c[twin]), 0.0)
-            back_c[pipe] = np.where(mine_first, np.minimum(extra_c[pipe], extra_c[twin]), 0.0)
-        back = np.bincount(topo.slot_rank, back, topo.world)[topo.slot_rank] - back
-        back_c = np.bincount(topo.slot_rank, back_c, topo.world)[topo.slot_rank] - back_c
         # ...compared with what the other members of the same group spent elsewhere at the same time:
         # ranks that all waited on the same upstream delay are equals; the one that is later still is not
         rel = elsewhere - self._lower_median(elsewhere, topo)
-        rel_c = elsewhere_c - self._lower_median(elsewhere_c, topo)
         # collective groups that cross nodes: where a straggler (or a slow node) shows as lateness
-        # (and in use: a default group that only sees a barrier now and then shows nothing)
         cross = topo.ch_cross_node()[topo.slot_ch] & (topo.ch_parent[topo.slot_ch] < 0)
-        cross &= np.isfinite(self.late_rate[:n])
         hot_in_ch = np.bincount(topo.slot_ch, hot.astype(np.float64), topo.n_channels)
         out: dict[int, Straggler] = {}
         for s in cand.tolist():
@@ -517,11 +472,7 @@ class LatenessTracker:
             late_s = float(wl[s] - np.nan_to_num(self.ref_lop[s]) * wo[s])
             # a victim spends its lateness inside other ops (waiting, or in slow transfers);
             # a straggler spends it outside any op
-            if (
-                float(rel[s] - back[s]) >= self.cfg.explain_k * late_s
-                or float(rel_c[s] - back_c[s]) >= self.cfg.explain_k * late_s
-                or float(elsewhere_c[s] - back_c[s]) >= self.cfg.victim_wait_k * late_s
-            ):
+            if float(rel[s]) >= self.cfg.explain_k * late_s or float(elsewhere[s]) >= 1.5 * late_s:
                 continue
             # ...or it waited, in another group, for a member that is late there itself
             others = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & ~hot[mine]]

@@ -81,7 +81,6 @@ class Topology:
         self._p2p_keys = np.zeros(0, np.int64)
         self._p2p_vals = np.zeros(0, np.int64)
         self.version = 0
-        self._reverse: tuple[int, np.ndarray] | None = None
 
     # -- sizes -------------------------------------------------------------------------------------
     @property
@@ -273,17 +272,6 @@ class Topology:
             self._p2p_keys = np.array([k for k, _ in items], np.int64)
             self._p2p_vals = np.array([c for _, c in items], np.int64)
         return chans[inv]
-
-    def p2p_reverse(self) -> np.ndarray:
-        """Per channel: the point-to-point channel between the same two ranks the other way (-1: none)."""
-        if self._reverse is None or self._reverse[0] != self.version:
-            out = np.full(self.n_channels, -1, np.int64)
-            for (p, a, b), c in self._p2p.items():
-                back = self._p2p.get((p, b, a))
-                if back is not None:
-                    out[c] = back
-            self._reverse = (self.version, out)
-        return self._reverse[1]
 
     def ch_cross_node(self) -> np.ndarray:
         """Per channel: whether its members sit on more than one node."""
