@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--warmup", type=float, default=12.0)
     ap.add_argument("--agent-ranks", type=int, default=1024)
-    ap.add_argument("--block-s", type=float, default=0.5)
+    ap.add_argument("--block-s", type=float, default=0.64, help="about how long a block spans (0.64: 64 ops at 100/s)")
     args = ap.parse_args(argv)
     print(f"rate={args.rate:g} collectives/rank/s, blocks of ~{args.block_s}s, {args.agent_ranks} ranks per batch")
     print("ranks     rows/s  batches/s  observe  evaluate  total CPU s per s of training  (suspects on a healthy job)")
