@@ -174,17 +174,17 @@ class LatenessTracker:
             # buckets it covers, in proportion to time: all in its last bucket, it would leave most
             # of the ring empty and its slot never judged
             t0 = np.minimum(st.t0, t)
-            long = t - t0 > cfg.bucket_s
+            span = t - t0
+            long = span > cfg.bucket_s
             if long.any():
-                li, short = np.flatnonzero(long), np.flatnonzero(~long)
-                k = np.minimum(ids[li] - np.floor(t0[li] / cfg.bucket_s).astype(np.int64), _K - 1) + 1
-                rep = np.repeat(li, k)
+                k = np.where(long, np.minimum(ids - np.floor(t0 / cfg.bucket_s).astype(np.int64), _K - 1) + 1, 1)
+                rep = np.repeat(np.arange(k.shape[0]), k)
                 b = ids[rep] - (np.arange(rep.shape[0]) - np.repeat(np.cumsum(k) - k, k))
                 lo = np.maximum(t0[rep], b * cfg.bucket_s)
                 hi = np.minimum(t[rep], (b + 1) * cfg.bucket_s)
-                w = np.clip(hi - lo, 0.0, None) / (t[rep] - t0[rep])
-                st_slot, ids = np.r_[st_slot[short], st_slot[rep]], np.r_[ids[short], b]
-                late, dur, cnt = (np.r_[x[short], x[rep] * w] for x in (late, dur, cnt))
+                w = np.where(long[rep], np.clip(hi - lo, 0.0, None) / np.maximum(span[rep], 1e-12), 1.0)
+                st_slot, ids = st_slot[rep], b
+                late, dur, cnt = late[rep] * w, dur[rep] * w, cnt[rep] * w
         pos = ids % _K
         keep = self.bid[pos] == ids  # drop blocks older than the ring
         if not keep.all():
@@ -192,13 +192,14 @@ class LatenessTracker:
             late, dur, cnt = late[keep], dur[keep], cnt[keep]
         flat = st_slot * _K + pos
         size = self.bl.shape[0] * _K
-        sparse = flat.shape[0] * 8 < size
+        # few rows, or a big ring (a 100k-rank job's, with long blocks spread): adding at the rows
+        # beats a pass over the whole ring
+        sparse = flat.shape[0] * 8 < size or size >= 1 << 20
         for arr, x in ((self.bl, late), (self.bd, dur), (self.bo, cnt)):
             if sparse:  # a big job: touch only the rows that came in
                 np.add.at(arr.reshape(-1), flat, x.astype(np.float32))
             else:
                 arr.reshape(-1)[:] += np.bincount(flat, x, size).astype(np.float32)
-        self.bl.shape[0]
         np.maximum.at(self.last_bid, st_slot, ids)
         unseen = np.isnan(self.first_data[st.slot])
         if unseen.any():
