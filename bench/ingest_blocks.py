@@ -42,14 +42,22 @@ performance in block mode" has one run's full output.
 
     python bench/ingest_blocks.py [--seconds 20] [--merge 8,64,512] [--growth 1024,8192,98304] [--no-raw]
                                   [--no-per-rank]
+
+``--agent-linger 200,1000`` measures instead what a live ``rankwatch agent`` merges: 8 shipper
+threads (one node's ranks) post their own block bodies through a real agent, started with each
+``--linger-ms``, to a real server, each one ``--flush-s`` after its previous answer as the hooks'
+shipper does, starting at random phases; it prints ranks per request and how much longer a batch
+took through the agent than straight to the server (the agent's wait).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -58,7 +66,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ingest import closed_loop, run, start_server, throughput
+from ingest import BIN, closed_loop, run, start_server, throughput
 
 from rankwatch.blockmerge import pack
 from rankwatch.blockwire import BLOCK_CONTENT_TYPE, encode_blocks
@@ -233,6 +241,67 @@ def measure(
         srv.stop()
 
 
+def agent_linger(lingers: list[int], seconds: float, flush_s: float, cpu: int | None, seed: int = 0) -> None:
+    """Ranks per request and the added wait per batch through a live agent, 8 ranks at random phases."""
+    _, rounds, _ = workload(16, seconds + 2, 0.64, per_rank=True)
+    node = [r[:8] for r in rounds]  # the first node's 8 ranks, one body each per second
+    headers = {"Content-Type": BLOCK_CONTENT_TYPE}
+    server = start_server(None, cpu)
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        with httpx.Client() as client:  # the same bodies straight to the server: the baseline
+            direct = []
+            for r in node[:3]:
+                for b in r:
+                    t0 = time.perf_counter()
+                    client.post(base + "/ingest", content=b, headers=headers).raise_for_status()
+                    direct.append(time.perf_counter() - t0)
+        print(f"  straight to the server: {1000 * float(np.mean(direct)):.1f} ms per batch")
+        for linger in lingers:
+            port = server.port + 1 + lingers.index(linger)
+            cmd = [str(BIN / "rankwatch"), "agent", "--port", str(port), "--upstream", base, "--linger-ms", str(linger)]
+            agent = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            url = f"http://127.0.0.1:{port}"
+            while True:
+                try:
+                    httpx.get(url + "/healthz").raise_for_status()
+                    break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            phases = np.random.default_rng(seed).uniform(0, flush_s, 8).tolist()
+            waits: list[float] = []
+            end = time.monotonic() + seconds
+
+            def ship(rank: int, url: str, end: float, phase: float, waits: list[float]) -> None:
+                time.sleep(phase)
+                with httpx.Client(timeout=30) as client:
+                    for k in range(len(node)):
+                        if time.monotonic() >= end:
+                            return
+                        t0 = time.perf_counter()
+                        client.post(url + "/ingest", content=node[k][rank], headers=headers).raise_for_status()
+                        waits.append(time.perf_counter() - t0)
+                        time.sleep(flush_s)
+
+            threads = [threading.Thread(target=ship, args=(r, url, end, phases[r], waits)) for r in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            health = httpx.get(url + "/healthz").json()
+            agent.terminate()
+            agent.wait(timeout=20)
+            print(
+                f"  agent --linger-ms {linger}: {health['batches'] / health['requests']:.2f} ranks per request "
+                f"({health['batches']} batches, {health['requests']} requests, {health['merged']} merged), "
+                f"added wait {1000 * (float(np.mean(waits)) - float(np.mean(direct))):.0f} ms per batch on average "
+                f"(median {1000 * (float(np.median(waits)) - float(np.mean(direct))):.0f} ms)",
+                flush=True,
+            )
+    finally:
+        server.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ranks", type=int, default=1024)
@@ -243,12 +312,18 @@ def main() -> None:
     ap.add_argument("--no-raw", action="store_true", help="skip the raw-mode figures")
     ap.add_argument("--no-per-rank", action="store_true", help="skip the per-rank and agent block figures")
     ap.add_argument("--merge", default="8,64,512", help="ranks per merged body for the merged-agent rows")
+    ap.add_argument("--agent-linger", help="only measure a live agent with these --linger-ms, e.g. 200,1000")
+    ap.add_argument("--flush-s", type=float, default=1.0, help="the shippers' period in --agent-linger (1.0)")
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     pins: tuple[int | None, int | None] = (cpus[-1], cpus[0]) if len(cpus) > 1 else (None, None)
     if pins[1] is not None:
         os.sched_setaffinity(0, {pins[1]})
     where = f"server pinned to CPU {pins[0]}, load generator to CPU {pins[1]}" if pins[0] is not None else "unpinned"
+    if args.agent_linger:
+        print(f"a live agent, 8 ranks flushing every {args.flush_s} s at random phases, {args.seconds} s ({where}):")
+        agent_linger([int(x) for x in args.agent_linger.split(",")], args.seconds, args.flush_s, pins[0])
+        return
     print(
         f"rankwatch ingest benchmark, block mode vs raw, {RATE:.0f} collectives per rank per second, "
         f"blocks of at most 64 sequence numbers ({where}; SQLite)"

@@ -2,10 +2,20 @@
 connection.
 
 Ranks on the host point ``RANKWATCH`` at the agent (``http://127.0.0.1:7434``, with their token as
-usual) instead of at the collector. The agent holds each batch for at most ``linger_s``, gathers
-what other ranks send meanwhile, and posts them to the collector in one request. Raw batches go
-in a multi-batch (``rankwatch.multibatch``), byte for byte what the rank sent. Block bodies of one
-job are merged into one many-rank block body (``rankwatch.blockmerge``), which the collector
+usual) instead of at the collector. The agent gathers what its ranks send into one window per token
+and posts the window to the collector in one request. A window closes as soon as every rank the
+agent expects has a batch in it, or after ``linger_s`` (1 s) at most. The agent learns who it
+serves from the ranks' own batches (job and rank, read from the body's JSON header): a rank is
+expected once it has sent, and stops being expected when a window closes on the linger without
+it (it is waited for again once it sends again), when it has not sent for ``_STALE_PERIODS`` of
+its own send periods, or when its batch says it ended. So a node's ranks, answered together, send
+together and are merged whole with a few ms of waiting, while a rank that died or finished makes
+the others wait the full linger once. A window opened when no rank is expected (the agent's first,
+or after every rank went quiet) waits the full linger: it is what brings ranks flushing on phases
+of their own into step.
+
+Raw batches go in a multi-batch (``rankwatch.multibatch``), byte for byte what the rank sent.
+Block bodies of one job are merged into one many-rank block body (``rankwatch.blockmerge``), which the collector
 decodes, folds and hands to the detector once, since a rank's own block body costs the collector
 far more per body than per op; each rank object in it keeps the rank's identity and batch number.
 Either way the collector validates and de-duplicates per rank and answers per rank, and the agent
@@ -27,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,8 +48,9 @@ from rankwatch import __version__
 from rankwatch.blockmerge import Item, pack
 from rankwatch.blockwire import BLOCK_CONTENT_TYPE, is_block_body
 from rankwatch.env import CollectorURL
+from rankwatch.errors import WireError
 from rankwatch.multibatch import MULTI_CONTENT_TYPE, encode_multi
-from rankwatch.wire import CONTENT_TYPE, MAX_BODY_BYTES
+from rankwatch.wire import CONTENT_TYPE, MAX_BODY_BYTES, read_header
 
 __all__ = ["DEFAULT_AGENT_PORT", "UPSTREAM_ENV", "Agent", "agent_app"]
 
@@ -48,10 +60,31 @@ UPSTREAM_ENV = "RANKWATCH_AGENT_UPSTREAM"
 DEFAULT_AGENT_PORT = 7434
 
 
+_Sender = tuple[str, int]
+"""Who sent a batch: its job and rank."""
+
+
+@dataclass
+class _Seen:
+    """What the agent knows of one sender under one token."""
+
+    at: float
+    """When its last batch arrived (the event loop's clock)."""
+    period: float | None = None
+    """Between its last two batches: its send period, as the agent sees it."""
+    missed: bool = False
+    """A window closed on the linger without it: not waited for until it sends again."""
+
+
 @dataclass
 class _Pending:
+    opened: float
+    learning: bool
+    """No sender was expected when it opened: it waits the full linger."""
     batches: list[bytes] = field(default_factory=list)
     waiters: list[asyncio.Future[tuple[int, bytes]]] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)
+    senders: set[_Sender] = field(default_factory=set)
     size: int = 0
     timer: asyncio.TimerHandle | None = None
 
@@ -63,7 +96,7 @@ class Agent:
         self,
         upstream: CollectorURL,
         *,
-        linger_s: float = 0.2,
+        linger_s: float = 1.0,
         max_batches: int = 256,
         max_bytes: int = 32 * 1024 * 1024,
         timeout_s: float = 10.0,
@@ -78,7 +111,17 @@ class Agent:
         self._merge_off_until = 0.0
         self._client = httpx.AsyncClient(timeout=timeout_s, transport=transport)
         self._pending: dict[str | None, _Pending] = {}
-        self.stats = {"batches": 0, "requests": 0, "failures": 0, "merged": 0, "merge_refused": 0}
+        self._seen: dict[str | None, dict[_Sender, _Seen]] = {}
+        self.stats = {
+            "batches": 0,
+            "requests": 0,
+            "failures": 0,
+            "merged": 0,
+            "merge_refused": 0,
+            "windows": 0,
+            "closed_early": 0,
+            "held_ms": 0,
+        }
 
     async def aclose(self) -> None:
         for key in list(self._pending):
@@ -90,25 +133,61 @@ class Agent:
         if authorization is None and self.upstream.token:
             authorization = f"Bearer {self.upstream.token}"
         loop = asyncio.get_running_loop()
+        now = loop.time()
+        seen = self._seen.setdefault(authorization, {})
         pending = self._pending.get(authorization)
         if pending is None:
-            pending = self._pending[authorization] = _Pending()
-            pending.timer = loop.call_later(self.linger_s, lambda: asyncio.ensure_future(self._flush(authorization)))
+            _forget(seen, now, self.linger_s)
+            learning = not any(self._expected(s, now) for s in seen.values())
+            pending = self._pending[authorization] = _Pending(opened=now, learning=learning)
+            pending.timer = loop.call_later(
+                self.linger_s, lambda: asyncio.ensure_future(self._flush(authorization, lingered=True))
+            )
+            self.stats["windows"] += 1
         waiter: asyncio.Future[tuple[int, bytes]] = loop.create_future()
         pending.batches.append(batch)
         pending.waiters.append(waiter)
+        pending.arrivals.append(now)
         pending.size += len(batch)
         self.stats["batches"] += 1
+        senders, ended = _senders(batch)
+        for sender in senders:
+            last = seen.get(sender)
+            if last is None:
+                seen[sender] = _Seen(at=now)
+            else:
+                last.period, last.at, last.missed = now - last.at, now, False
+        for sender in ended:  # its last batch: nobody waits for it again
+            seen.pop(sender, None)
+        pending.senders.update(senders)
         if len(pending.batches) >= self.max_batches or pending.size >= self.max_bytes:
+            await self._flush(authorization)
+        elif not pending.learning and all(
+            sender in pending.senders for sender, s in seen.items() if self._expected(s, now)
+        ):
+            self.stats["closed_early"] += 1
             await self._flush(authorization)
         return await waiter
 
-    async def _flush(self, key: str | None) -> None:
+    def _expected(self, seen: _Seen, now: float) -> bool:
+        """Whether a window waits for this sender: it sent lately and did not miss the last window."""
+        if seen.missed:
+            return False
+        return seen.period is None or now - seen.at <= _STALE_PERIODS * max(seen.period, self.linger_s)
+
+    async def _flush(self, key: str | None, *, lingered: bool = False) -> None:
         pending = self._pending.pop(key, None)
         if pending is None:
             return
         if pending.timer is not None:
             pending.timer.cancel()
+        now = asyncio.get_running_loop().time()
+        if lingered:  # whoever the window waited for in vain is not waited for again until it sends
+            for sender, s in self._seen.get(key, {}).items():
+                if sender not in pending.senders and self._expected(s, now):
+                    s.missed = True
+                    logger.info("job %s rank %d sent nothing within the linger; not waiting for it", *sender)
+        self.stats["held_ms"] += round(1000 * sum(now - t for t in pending.arrivals))
         answers = await self._send(pending.batches, key)
         for waiter, answer in zip(pending.waiters, answers, strict=True):
             if not waiter.done():
@@ -191,6 +270,41 @@ class Agent:
                 return out
             return [(502, b'{"detail":"the collector answered the agent with something unreadable"}')] * len(items)
         return [(resp.status_code, resp.content)] * len(items)
+
+
+_STALE_PERIODS = 3
+"""A sender not heard from for this many of its send periods (or linger times, if longer) is not
+waited for: a rank flushing each period after its answer is seen about once per period plus the
+window's wait, so three periods are two missed sends, not jitter."""
+_FORGET_S = 600.0
+_HEADER_AT = {True: 28, False: 16}  # where the JSON header starts: block bodies, raw batches
+_HEAD_LEN = struct.Struct("<I")
+
+
+def _senders(body: bytes) -> tuple[list[_Sender], list[_Sender]]:
+    """Who a batch speaks for (job, rank), from its JSON header, and which of them it says ended.
+
+    A body the agent cannot read speaks for nobody: the collector answers it, and no window waits.
+    """
+    try:
+        block = is_block_body(body)
+        (head_len,) = _HEAD_LEN.unpack_from(body, 8)
+        header, _ = read_header(body, _HEADER_AT[block], head_len, "batch")
+        job = header["job"]
+        ranks = header["ranks"] if block else [header]
+        senders = [(job, r["rank"]) for r in ranks]
+        ended = [(job, r["rank"]) for r in ranks if r.get("end_reason") or r.get("state", "running") != "running"]
+    except (WireError, struct.error, KeyError, TypeError, AttributeError):
+        return [], []
+    if not isinstance(job, str) or not all(type(rank) is int for _, rank in senders):
+        return [], []
+    return senders, ended
+
+
+def _forget(seen: dict[_Sender, _Seen], now: float, linger_s: float) -> None:
+    """Drop senders long gone, so jobs that ended leave nothing behind."""
+    for sender in [k for k, s in seen.items() if now - s.at > max(_FORGET_S, 10 * (s.period or linger_s))]:
+        del seen[sender]
 
 
 _NO_ANSWER = b'{"detail":"the collector gave no answer for this batch"}'

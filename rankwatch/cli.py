@@ -76,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     agent.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     agent.add_argument("--port", type=int, default=None, help="port (default 7434)")
-    agent.add_argument("--linger-ms", type=float, default=200.0, help="longest a batch waits for others (200)")
+    agent.add_argument(
+        "--linger-ms", type=float, default=1000.0, help="longest a batch waits for the ranks expected (1000)"
+    )
     agent.add_argument("--max-batches", type=int, default=256, help="most batches in one request (256)")
     agent.add_argument(
         "--no-merge",

@@ -313,3 +313,149 @@ def test_a_collector_without_merged_bodies_gets_them_unmerged() -> None:
     assert [s for s, _ in answers] == [200] * RANKS
     assert [json.loads(b)["rank"] for _, b in answers] == list(range(RANKS))  # each rank its own answer
     assert seen == ["1:2", f"{RANKS}:{','.join(['1'] * RANKS)}"]  # merged, refused, then as they came
+
+
+# -- the window: closed once every expected rank is in, the linger only bounds it ---------------------
+LINGER_S = 2.0
+
+
+class _Stub:
+    """A collector behind a ``MockTransport``: answers every rank 200 and notes the ranks of each request."""
+
+    def __init__(self) -> None:
+        self.requests: list[list[int]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        multi = request.headers["content-type"] == MULTI_CONTENT_TYPE
+        items = decode_multi(request.content) if multi else [request.content]
+        bodies = [decode_blocks(item) for item in items]
+        self.requests.append(sorted(int(r["rank"]) for b in bodies for r in b.rank_info))
+        results = [
+            {"status": 200, "accepted": 1, "duplicate": False, "commands": [], "rank": r["rank"]}
+            for b in bodies
+            for r in b.rank_info
+        ]
+        if len(results) == 1:
+            return httpx.Response(200, json={k: v for k, v in results[0].items() if k != "status"})
+        if multi and any(b.per_rank for b in bodies):
+            raise AssertionError("the stub takes one merged body or several rank bodies, not both")
+        return httpx.Response(200, json={"results": results})
+
+
+async def _send_round(agent: Agent_, bodies: dict[int, bytes], delays: dict[int, float] | None = None) -> float:
+    """Each rank posts its body after its delay (s); how long until the last rank had its answer."""
+
+    async def one(rank: int) -> tuple[int, bytes]:
+        await asyncio.sleep((delays or {}).get(rank, 0.0))
+        return await agent.submit(bodies[rank], "Bearer t")
+
+    t0 = time.monotonic()
+    answers = await asyncio.gather(*(one(rank) for rank in bodies))
+    assert [s for s, _ in answers] == [200] * len(bodies)
+    assert [json.loads(b)["rank"] for _, b in answers] == list(bodies)
+    return time.monotonic() - t0
+
+
+def _windows(delays_s: float = 0.05) -> tuple[_Stub, Agent_, list[dict[int, bytes]], dict[int, float]]:
+    stub = _Stub()
+    agent = Agent_(CollectorURL("http://collector:7433", None), linger_s=LINGER_S, transport=httpx.MockTransport(stub))
+    rounds = [dict(enumerate(r)) for r in _block_rounds()]
+    phases = dict(enumerate(np.random.default_rng(1).uniform(0, delays_s, RANKS).tolist()))
+    return stub, agent, rounds, phases
+
+
+def test_a_window_closes_once_every_known_rank_is_in() -> None:
+    stub, agent, rounds, phases = _windows()
+
+    async def go() -> list[float]:
+        try:
+            return [await _send_round(agent, rounds[k % len(rounds)], phases) for k in range(3)]
+        finally:
+            await agent.aclose()
+
+    took = asyncio.run(go())
+    assert took[0] >= LINGER_S  # the first window learns who sends: it waits the whole linger
+    assert max(took[1:]) < 0.25 * LINGER_S, took  # then each closes when the last rank is in
+    assert stub.requests == [list(range(RANKS))] * 3
+    assert agent.stats["closed_early"] == 2 and agent.stats["merged"] == 3 * RANKS
+
+
+def test_a_rank_that_stops_sending_delays_the_others_once() -> None:
+    stub, agent, rounds, phases = _windows()
+    alive = [r for r in range(RANKS) if r != 3]
+
+    async def go() -> list[float]:
+        try:
+            took = [await _send_round(agent, rounds[0], phases)]
+            for k in range(1, 4):
+                took.append(await _send_round(agent, {r: rounds[k % len(rounds)][r] for r in alive}, phases))
+            return took
+        finally:
+            await agent.aclose()
+
+    took = asyncio.run(go())
+    assert took[1] >= LINGER_S, took  # the window waited for rank 3 ...
+    assert max(took[2:]) < 0.25 * LINGER_S, took  # ... once: it is not expected any more
+    assert stub.requests == [list(range(RANKS))] + [alive] * 3
+
+
+def test_a_rank_that_joins_is_merged_in_and_then_waited_for() -> None:
+    stub, agent, rounds, phases = _windows()
+    first = list(range(RANKS - 1))
+    late = RANKS - 1
+
+    async def go() -> list[float]:
+        try:
+            took = [await _send_round(agent, {r: rounds[0][r] for r in first}, phases)]
+            took.append(await _send_round(agent, {r: rounds[1][r] for r in first}, phases))
+            # the new rank opens a window on its own phase: the known ranks join it, one body
+            took.append(await _send_round(agent, rounds[2], {r: 0.0 if r == late else 0.3 for r in range(RANKS)}))
+            # from then on it is waited for, even when it comes last
+            took.append(await _send_round(agent, rounds[3 % len(rounds)], {**phases, late: 0.15}))
+            return took
+        finally:
+            await agent.aclose()
+
+    took = asyncio.run(go())
+    assert max(took[1:]) < 0.25 * LINGER_S, took
+    assert stub.requests == [first, first, list(range(RANKS)), list(range(RANKS))]
+
+
+def test_a_rank_that_says_it_ended_is_not_waited_for() -> None:
+    stub, agent, rounds, phases = _windows()
+    bodies = dict(rounds[1])
+    got = decode_blocks(bodies[5])
+    got.rank_info[0]["end_reason"] = "interpreter exit"
+    bodies[5] = encode_blocks(got.job, got.world, got.batch, got.rank_info)
+    alive = [r for r in range(RANKS) if r != 5]
+
+    async def go() -> list[float]:
+        try:
+            took = [await _send_round(agent, rounds[0], phases), await _send_round(agent, bodies, phases)]
+            took.append(await _send_round(agent, {r: rounds[2][r] for r in alive}, phases))
+            return took
+        finally:
+            await agent.aclose()
+
+    took = asyncio.run(go())
+    assert max(took[1:]) < 0.25 * LINGER_S, took
+    assert stub.requests == [list(range(RANKS))] * 2 + [alive]
+
+
+def test_a_live_agent_closes_windows_early(bound_collector: Service, tmp_path: Path) -> None:
+    """Real HTTP through a real agent to a real collector: after the first window, no batch waits
+    the linger (3 s here), and every round is one merged body."""
+    agent = start_agent(tmp_path, bound_collector.url, "--linger-ms", "3000")
+    try:
+        rounds = _block_rounds()
+        took = []
+        for bodies in rounds[:3]:
+            t0 = time.monotonic()
+            replies = _block_round(agent.url, bodies)
+            took.append(time.monotonic() - t0)
+            assert [r.status_code for r in replies] == [200] * RANKS, [r.text for r in replies]
+        assert took[0] >= 3.0 and max(took[1:]) < 1.5, took
+        health = agent.health()
+        assert health["requests"] == 3 and health["merged"] == 3 * RANKS and health["closed_early"] == 2, health
+    finally:
+        agent.stop()
