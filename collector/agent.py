@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import struct
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,10 +46,12 @@ import httpx
 from rankwatch import __version__
 from rankwatch.blockmerge import Item, pack
 from rankwatch.blockwire import BLOCK_CONTENT_TYPE, is_block_body
+from rankwatch.blockwire import peek_header as block_header
 from rankwatch.env import CollectorURL
 from rankwatch.errors import WireError
 from rankwatch.multibatch import MULTI_CONTENT_TYPE, encode_multi
-from rankwatch.wire import CONTENT_TYPE, MAX_BODY_BYTES, read_header
+from rankwatch.wire import CONTENT_TYPE, MAX_BODY_BYTES
+from rankwatch.wire import peek_header as batch_header
 
 __all__ = ["DEFAULT_AGENT_PORT", "UPSTREAM_ENV", "Agent", "agent_app"]
 
@@ -277,8 +278,6 @@ _STALE_PERIODS = 3
 waited for: a rank flushing each period after its answer is seen about once per period plus the
 window's wait, so three periods are two missed sends, not jitter."""
 _FORGET_S = 600.0
-_HEADER_AT = {True: 28, False: 16}  # where the JSON header starts: block bodies, raw batches
-_HEAD_LEN = struct.Struct("<I")
 
 
 def _senders(body: bytes) -> tuple[list[_Sender], list[_Sender]]:
@@ -288,13 +287,12 @@ def _senders(body: bytes) -> tuple[list[_Sender], list[_Sender]]:
     """
     try:
         block = is_block_body(body)
-        (head_len,) = _HEAD_LEN.unpack_from(body, 8)
-        header, _ = read_header(body, _HEADER_AT[block], head_len, "batch")
+        header = block_header(body) if block else batch_header(body)
         job = header["job"]
         ranks = header["ranks"] if block else [header]
         senders = [(job, r["rank"]) for r in ranks]
         ended = [(job, r["rank"]) for r in ranks if r.get("end_reason") or r.get("state", "running") != "running"]
-    except (WireError, struct.error, KeyError, TypeError, AttributeError):
+    except (WireError, KeyError, TypeError, AttributeError):
         return [], []
     if not isinstance(job, str) or not all(type(rank) is int for _, rank in senders):
         return [], []

@@ -117,13 +117,7 @@ class Collector:
                 return IngestResult(accepted=0, duplicate=True, commands=job.commands_for(h["rank"], now))
             job.apply(batch, now)
             job.wire_bytes += len(body)
-            if job.detector is None and self.detector_factory is not None:
-                job.detector = self.detector_factory(job.job_id)
-            if job.detector is not None:
-                try:
-                    job.detector.observe(batch, now)
-                except Exception:
-                    logger.exception("detector failed on a batch of job %s", job.job_id)
+            self._detect(job, lambda det: det.observe(batch, now))
             commands = job.commands_for(h["rank"], now)
         self.stats["batches"] += 1
         self.stats["records"] += len(batch.records)
@@ -162,13 +156,7 @@ class Collector:
             told = job.entry_block_sizes(got.batch.groups)
             if bb is not None:
                 job.wire_bytes += len(body)
-                if job.detector is None and self.detector_factory is not None:
-                    job.detector = self.detector_factory(job.job_id)
-                if job.detector is not None:
-                    try:
-                        job.detector.observe_blocks(bb, now)
-                    except Exception:
-                        logger.exception("detector failed on a block batch of job %s", job.job_id)
+                self._detect(job, lambda det: det.observe_blocks(bb, now))
             if got.per_rank:
                 results = _rank_results(job, got, fresh, told, now)
             else:
@@ -187,6 +175,18 @@ class Collector:
             return IngestResult(accepted=0, duplicate=True, commands=commands, block_seqs=sizes)
         self.stats["batches"] += 1
         return IngestResult(accepted=accepted, duplicate=False, commands=commands, block_seqs=sizes)
+
+    def _detect(self, job: JobState, feed: Callable[[Any], None]) -> None:
+        """Hand a batch to the job's detector, made on first use; a detector that fails loses the
+        batch's analysis only, never the batch."""
+        if job.detector is None and self.detector_factory is not None:
+            job.detector = self.detector_factory(job.job_id)
+        if job.detector is None:
+            return
+        try:
+            feed(job.detector)
+        except Exception:
+            logger.exception("detector failed on a batch of job %s", job.job_id)
 
     def _job(self, job_id: str, now: float) -> JobState:
         """The job's state, if this process holds (or can take) its lease.

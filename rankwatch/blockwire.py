@@ -82,6 +82,7 @@ __all__ = [
     "decode_blocks",
     "encode_blocks",
     "is_block_body",
+    "peek_header",
     "rank_body",
 ]
 
@@ -139,6 +140,17 @@ class BlockBody:
 def is_block_body(body: bytes) -> bool:
     """Whether a request body is a block body (rather than a raw batch)."""
     return body[:4] == BLOCK_MAGIC
+
+
+def peek_header(body: bytes) -> dict[str, Any]:
+    """A block body's JSON header, without checking or decoding the rest.
+
+    Raises:
+        WireError: shorter than the prefix, or the header truncated or not a JSON object.
+    """
+    if len(body) < _PREFIX.size:
+        raise WireError(f"block batch is {len(body)} bytes, shorter than the {_PREFIX.size}-byte prefix")
+    return read_header(body, _PREFIX.size, _PREFIX.unpack_from(body)[3], "block batch")[0]
 
 
 def encode_blocks(

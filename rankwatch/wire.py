@@ -44,6 +44,7 @@ from rankwatch.errors import WireError
 
 __all__ = [
     "inflate",
+    "peek_header",
     "read_header",
     "CONTENT_TYPE",
     "DTYPES",
@@ -481,6 +482,17 @@ def runs_to_ranks(runs: list[list[int]]) -> list[int]:
     for start, stop, step in runs:
         out.extend(range(start, stop, step))
     return out
+
+
+def peek_header(body: bytes) -> dict[str, Any]:
+    """A raw batch's JSON header, without checking or decoding the rest.
+
+    Raises:
+        WireError: shorter than the prefix, or the header truncated or not a JSON object.
+    """
+    if len(body) < _PREFIX.size:
+        raise WireError(f"batch is {len(body)} bytes, shorter than the {_PREFIX.size}-byte prefix")
+    return read_header(body, _PREFIX.size, _PREFIX.unpack_from(body)[3], "batch")[0]
 
 
 def read_header(body: bytes, start: int, head_len: int, what: str) -> tuple[dict[str, Any], int]:
