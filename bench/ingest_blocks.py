@@ -179,8 +179,11 @@ def in_process(rounds: list[list[bytes]], records: list[int], warm: int) -> floa
                 collector.ingest(body)
         t0 = time.process_time()
         for r in rounds[warm:]:
-            for body in r:
+            for i, body in enumerate(r):
                 collector.ingest(body)
+                if i in (len(r) // 2, len(r) - 1):  # the analysis loop folds what came, twice a second
+                    for job in collector.jobs.values():
+                        job.detector.ready(0.0)
         cpu = time.process_time() - t0
         db.close()
     return sum(records[warm:]) / cpu

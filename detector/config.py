@@ -91,5 +91,8 @@ class DetectorConfig:
     """Slowness analysis runs every (slots / this) seconds at most (a slot is one rank in one group)."""
     max_analysis_period_s: float = 4.0
     """...but at least this often."""
+    fold_rows: int = 50_000
+    """Rows of batches held before they are folded into the job's state without waiting for
+    ``evaluate`` (which folds them all first): bounds the memory of a job nobody evaluates."""
     max_flight_recorder_ranks: int = 1024
     """At most this many ranks are asked for a Flight Recorder dump per hang."""

@@ -51,6 +51,66 @@ def _raise_to(a: np.ndarray, idx: np.ndarray, v: np.ndarray) -> None:
 
 
 @dataclass(slots=True)
+class _Arrived:
+    """When each row of several concatenated batches arrived, and what survives their merging."""
+
+    ranks: np.ndarray  # per rank row
+    blocks: np.ndarray  # per block row
+    notes: list[tuple[dict[int, dict[str, Any]], float]]  # each batch's notes, in order
+    p2p_keep: np.ndarray  # p2p rows of each rank's last batch (what it has in flight now)
+
+
+Arrived = float | _Arrived
+
+
+def _concat(q: list[tuple[BlockBatch, float, np.ndarray]]) -> tuple[BlockBatch, _Arrived, np.ndarray]:
+    """Several batches as one: tables concatenated, group indices into the joined group list."""
+    bbs = [b for b, _, _ in q]
+    at = np.array([t for _, t, _ in q], np.float64)
+    goff = np.cumsum([0] + [len(b.groups) for b in bbs[:-1]])
+    tables = {}
+    which = {}
+    for name in ("ranks", "progress", "p2p", "blocks"):
+        parts = [getattr(b, name) for b in bbs]
+        sizes = [p.shape[0] for p in parts]
+        rows = np.empty(sum(sizes), parts[0].dtype)  # np.concatenate of records re-derives their dtype: slow
+        end = 0
+        for p, n in zip(parts, sizes, strict=True):
+            if n:
+                rows[end : end + n] = p
+                end += n
+        idx = np.repeat(np.arange(len(bbs)), sizes)
+        if name != "ranks" and rows.shape[0]:
+            rows["group"] += goff[idx].astype(rows["group"].dtype)
+        tables[name], which[name] = rows, idx
+    # a rank's point-to-point ops in flight are those its last batch lists
+    rk = tables["ranks"]["rank"].astype(np.int64)
+    keep = np.ones(tables["p2p"].shape[0], bool)
+    if keep.shape[0]:
+        ranks, last = _max_per(rk, which["ranks"])
+        pr = tables["p2p"]["rank"].astype(np.int64)
+        keep = last[np.searchsorted(ranks, pr)] == which["p2p"]
+    nodes: dict[int, str] = {}
+    for b in bbs:
+        nodes.update(b.nodes)
+    merged = BlockBatch(
+        groups=[g for b in bbs for g in b.groups],
+        ranks=tables["ranks"],
+        progress=tables["progress"],
+        p2p=tables["p2p"],
+        blocks=tables["blocks"],
+        nodes=nodes,
+    )
+    arrived = _Arrived(
+        ranks=at[which["ranks"]],
+        blocks=at[which["blocks"]],
+        notes=[(b.notes, t) for b, t, _ in q if b.notes],
+        p2p_keep=keep,
+    )
+    return merged, arrived, np.concatenate([c for _, _, c in q]).astype(np.int64)
+
+
+@dataclass(slots=True)
 class _Track:
     finding: Finding
     last_true: float
@@ -78,6 +138,11 @@ class JobDetector:
         self.batches = 0
         self.rows = 0
         self._rank_blocks = False  # blocks cut by the ranks (block mode) have come in
+        # batches taken but not yet folded in: folded together at the next evaluate, as one
+        # batch's worth of array work (a node's body has a few dozen rows; the calls cost more)
+        self._queue: list[tuple[BlockBatch, float, np.ndarray]] = []
+        self._queue_rows = 0
+        self._queue_restart = -1
 
     # -- input -------------------------------------------------------------------------------------
     def observe(self, batch: Batch, received_at: float) -> None:
@@ -92,7 +157,7 @@ class JobDetector:
         self._see_world(world)
         chans = self.topo.register_groups(list(h.get("groups", [])), rank)
         bb = from_batch(h, batch.records, self._block_sizes(chans, batch, float(h.get("flush_s") or 1.0)))
-        self._ingest(bb, received_at, chans)
+        self._enqueue(bb, received_at, chans)
 
     def observe_blocks(self, batch: BlockBatch, received_at: float) -> None:
         """Take block summaries of one or more ranks (large jobs, per-node agents).
@@ -128,7 +193,32 @@ class JobDetector:
                         if ch >= 0:
                             break
             chans[i] = ch
-        self._ingest(batch, received_at, chans)
+        self._enqueue(batch, received_at, chans)
+
+    def _enqueue(self, bb: BlockBatch, received_at: float, chans: np.ndarray) -> None:
+        """Hold a batch for the next fold; a new incarnation of the job first folds what came before."""
+        if bb.ranks.shape[0]:
+            restart = int(bb.ranks["restart"].max())
+            if restart > self._queue_restart:
+                self._drain()
+                self._queue_restart = restart
+        self._queue.append((bb, received_at, chans))
+        self._queue_rows += bb.ranks.shape[0] + bb.progress.shape[0] + bb.blocks.shape[0]
+        if self._queue_rows >= self.cfg.fold_rows:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Fold the batches taken since the last fold into the job's state, in one go."""
+        q = self._queue
+        if not q:
+            return
+        self._queue, self._queue_rows = [], 0
+        if len(q) == 1:
+            self._ingest(*q[0])
+            return
+        bb, arrived, chans = _concat(q)
+        self.batches += len(q) - 1
+        self._ingest(bb, arrived, chans, many=True)
 
     def _see_world(self, world: int) -> None:
         if world > self.topo.world:
@@ -156,10 +246,11 @@ class JobDetector:
             out[i] = b
         return out
 
-    def _ingest(self, bb: BlockBatch, received_at: float, chans: np.ndarray) -> None:
+    def _ingest(self, bb: BlockBatch, arrived: Arrived, chans: np.ndarray, many: bool = False) -> None:
+        """Fold one batch, or several concatenated (``many``: ``arrived`` per table row, ranks may repeat)."""
         topo, live = self.topo, self.live
         if np.isnan(self._started):
-            self._started = received_at
+            self._started = arrived.ranks[0] if isinstance(arrived, _Arrived) else arrived
         self.batches += 1
         rows = bb.ranks
         if rows.shape[0]:
@@ -171,10 +262,15 @@ class JobDetector:
         for r, name in bb.nodes.items():
             if name and 0 <= r < topo.world:
                 topo.set_node(r, name)
-        live.update(rows, received_at, bb.notes)
+        if isinstance(arrived, _Arrived):
+            live.update_many(rows, arrived.ranks, arrived.notes)
+            blocks_at: float | np.ndarray = arrived.blocks
+        else:
+            live.update(rows, arrived, bb.notes)
+            blocks_at = arrived
         offset = live.offset
-        self._ingest_progress(bb, chans, offset)
-        self._ingest_blocks(bb, chans, offset, received_at)
+        self._ingest_progress(bb, chans, offset, arrived.p2p_keep if isinstance(arrived, _Arrived) else None)
+        self._ingest_blocks(bb, chans, offset, blocks_at)
 
     def _slots(self, bb: BlockBatch, chans: np.ndarray, ranks: np.ndarray, gi: np.ndarray) -> np.ndarray:
         """Slot of each (rank, batch group index) pair; -1 where unknown."""
@@ -186,13 +282,19 @@ class JobDetector:
         )
         return self.topo.slot_of(ch.astype(np.int64), ranks.astype(np.int64))
 
-    def _ingest_progress(self, bb: BlockBatch, chans: np.ndarray, offset: np.ndarray) -> None:
+    def _ingest_progress(
+        self, bb: BlockBatch, chans: np.ndarray, offset: np.ndarray, p2p_keep: np.ndarray | None = None
+    ) -> None:
         topo, prog = self.topo, self.prog
         pr = bb.progress
         if pr.shape[0]:
             ranks = pr["rank"].astype(np.int64)
             slots = self._slots(bb, chans, ranks, pr["group"].astype(np.int64))
             ok = slots >= 0
+            if p2p_keep is not None:  # several batches: a slot's last row is what it says now
+                last = np.zeros(slots.shape[0], bool)
+                last[_max_per(slots, np.arange(slots.shape[0]))[1]] = True
+                ok &= last
             prog.ensure(topo.n_slots, topo.n_channels)
             s, p = slots[ok], pr[ok]
             prog.entered[s] = np.maximum(prog.entered[s], p["entered"])
@@ -204,6 +306,8 @@ class JobDetector:
         mine = topo.slots_of_ranks(bb.ranks["rank"])
         prog.since[mine[topo.ch_parent[topo.slot_ch[mine]] >= 0]] = np.nan
         pp = bb.p2p
+        if p2p_keep is not None:  # several batches: what each rank's last one had in flight
+            pp = pp[p2p_keep]
         if pp.shape[0]:
             slots = self._p2p_slots(bb, chans, pp["rank"], pp["group"], pp["kind"], pp["peer"])
             ok = slots >= 0
@@ -238,7 +342,9 @@ class JobDetector:
         out[np.flatnonzero(ok)] = slot
         return out
 
-    def _ingest_blocks(self, bb: BlockBatch, chans: np.ndarray, offset: np.ndarray, received_at: float) -> None:
+    def _ingest_blocks(
+        self, bb: BlockBatch, chans: np.ndarray, offset: np.ndarray, received_at: float | np.ndarray
+    ) -> None:
         topo, prog = self.topo, self.prog
         b = bb.blocks
         if not b.shape[0]:
@@ -252,10 +358,12 @@ class JobDetector:
         if p2p.any():
             idx = np.flatnonzero(p2p)
             slots[idx] = self._p2p_slots(bb, chans, b["rank"][idx], b["group"][idx], kind[idx], b["peer"][idx])
+        arrived = received_at if isinstance(received_at, np.ndarray) else None
         ok = slots >= 0
         if not ok.all():
             b, slots, p2p = b[ok], slots[ok], p2p[ok]
             kind = b["kind"]
+            arrived = None if arrived is None else arrived[ok]
         if not b.shape[0]:
             return
         prog.ensure(topo.n_slots, topo.n_channels)
@@ -264,12 +372,14 @@ class JobDetector:
         cur = topo.ch_block[ch]
         unset = cur == 0
         if unset.any():
-            topo.set_block(ch[unset], bs[unset])
+            first_ch, first = np.unique(ch[unset], return_index=True)  # the first row's size stands
+            topo.set_block(first_ch, bs[unset][first])
             cur = topo.ch_block[ch]
         same = cur == bs
         if not same.all():  # members disagree on the block size: the group's first word stands
             b, slots, p2p, ch = b[same], slots[same], p2p[same], ch[same]
             kind = b["kind"]
+            arrived = None if arrived is None else arrived[same]
         seq_hi = b["seq_hi"]
         _raise_to(prog.wm, *_max_per(slots, seq_hi))
         if p2p.any():
@@ -293,7 +403,7 @@ class JobDetector:
         rows["mx"] = b["max_ns"] * 1e-9
         rows["t_first"] = b["first_enter_ns"] * 1e-9 + off
         rows["t_last"] = t_last
-        rows["arrived"] = received_at
+        rows["arrived"] = received_at if arrived is None else arrived
         self.cells.add(rows)
         self.rows += rows.shape[0]
 
@@ -309,6 +419,7 @@ class JobDetector:
     # -- output ------------------------------------------------------------------------------------
     def ready(self, now: float) -> bool:
         """Whether enough fresh data has been analysed for the verdicts to be final."""
+        self._drain()
         return not np.isnan(self._started) and now - self._started >= self.cfg.ready_after_s
 
     def evaluate(self, now: float) -> list[Finding]:
@@ -318,6 +429,7 @@ class JobDetector:
         cost grows with the job, runs at most every ``n_slots / analysis_slots_per_s`` seconds
         (every call up to about 40,000 ranks); hangs and deaths are checked at every call.
         """
+        self._drain()
         cfg, topo = self.cfg, self.topo
         self._last_eval = now
         n_slots, n_ch = topo.n_slots, topo.n_channels

@@ -86,18 +86,47 @@ class Liveness:
         self.restart = _grow(self.restart, world, -1)
 
     def update(self, rows: np.ndarray, received_at: float, notes: dict[int, dict[str, Any]]) -> None:
+        """Take one batch's rank rows (each rank once) and notes."""
+        self._update_rows(rows, received_at)
+        self._take_notes(notes, received_at)
+
+    def update_many(
+        self, rows: np.ndarray, received_at: np.ndarray, notes: list[tuple[dict[int, dict[str, Any]], float]]
+    ) -> None:
+        """Take several batches' rank rows, concatenated in the order they came (``received_at``
+        per row), and each batch's notes; a rank may be in several."""
+        r = rows["rank"]
+        order = np.argsort(r, kind="stable")
+        rs = r[order]
+        first = np.ones(rs.shape[0], bool)
+        first[1:] = rs[1:] != rs[:-1]
+        if first.all():
+            self._update_rows(rows, received_at)
+        else:  # a rank's k-th row in the k-th pass: each pass has a rank once, in arrival order
+            start = np.flatnonzero(first)
+            occ = np.empty(rs.shape[0], np.int64)
+            occ[order] = np.arange(rs.shape[0]) - np.repeat(start, np.diff(np.r_[start, rs.shape[0]]))
+            for k in range(int(occ.max()) + 1):
+                sel = occ == k
+                self._update_rows(rows[sel], received_at[sel])
+        for n, t in notes:
+            self._take_notes(n, t)
+
+    def _update_rows(self, rows: np.ndarray, received_at: float | np.ndarray) -> None:
         r = rows["rank"].astype(np.int64)
         self.last_seen[r] = received_at
         self.flush[r] = np.maximum(rows["flush_s"].astype(np.float64), 0.05)
         new_state = rows["state"]
         changed = new_state != self.state[r]
-        self.state_at[r[changed]] = received_at
+        self.state_at[r[changed]] = received_at[changed] if isinstance(received_at, np.ndarray) else received_at
         self.state[r] = new_state
         off = received_at - rows["mono_ns"].astype(np.float64) * 1e-9
         # the least-delayed batch gives the best offset; a restarted process has a new clock
         fresh = np.isnan(self.offset[r]) | (rows["restart"] != self.restart[r])
         self.offset[r] = np.where(fresh, off, np.fmin(self.offset[r], off))
         self.restart[r] = rows["restart"]
+
+    def _take_notes(self, notes: dict[int, dict[str, Any]], received_at: float) -> None:
         for rank, note in notes.items():
             cur = self.notes.setdefault(rank, {})
             if note.get("incarnation") != cur.get("incarnation"):
