@@ -12,4 +12,4 @@ cd .typecheck
 status=0
 "../$MYPY" --config-file ../pyproject.toml -p rankwatch 2>&1 \
   | sed -E 's#^rankwatch/(hooks|collector|detector|api)/#\1/#' || status=$?
-exit "${PIPESTATUS[0]}"
+exit "$status"
