@@ -314,11 +314,14 @@ class GroupSummaries:
             ranks = np.concatenate([parts[i][3] for i in idx]).astype(np.int64)
             rg = lut[np.repeat(base, [parts[i][4].shape[0] for i in idx]) + np.concatenate([parts[i][4] for i in idx])]
             pairs = np.unique(rg * (1 << 32) + ranks)
-            pg, pr = pairs >> 32, pairs & 0xFFFFFFFF
-            for gi in np.unique(pg).tolist():
+            pg, pr = pairs >> 32, (pairs & 0xFFFFFFFF).tolist()
+            # pairs are sorted by group: each group's ranks are one run (a mask per group is quadratic)
+            groups, first = np.unique(pg, return_index=True)
+            ends = np.r_[first[1:], pg.shape[0]].tolist()
+            for gi, lo, hi in zip(groups.tolist(), first.tolist(), ends, strict=True):
                 seen = self.windows.get((self._gids[gi], start))
                 if seen is not None:
-                    seen.reporters.update(pr[pg == gi].tolist())
+                    seen.reporters.update(pr[lo:hi])
 
     def _window(self, gid: str, start: float) -> _Window:
         w = self.windows.get((gid, start))
