@@ -28,12 +28,13 @@ from rankwatch.detector.liveness import Liveness
 from rankwatch.detector.localise import Culprit, localise
 from rankwatch.detector.topology import Topology
 from rankwatch.detector.transfer import TransferTracker
-from rankwatch.sim.blocks import BLOCK_SEQS, BlockBatch, from_batch
-from rankwatch.wire import Batch, OpKind
+from rankwatch.sim.blocks import BLOCK_DTYPE, BLOCK_SEQS, BlockBatch, from_batch, summarise, summarise_rows
+from rankwatch.wire import Batch, OpKind, Records
 
 __all__ = ["JobDetector"]
 
 _SEND, _RECV = int(OpKind.SEND), int(OpKind.RECV)
+_RECORD_FIELDS = ("group", "kind", "dtype", "peer", "seq", "nbytes", "t_enter", "t_start", "t_end")
 
 
 def _max_per(idx: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -63,10 +64,49 @@ class _Arrived:
 Arrived = float | _Arrived
 
 
-def _concat(q: list[tuple[BlockBatch, float, np.ndarray]]) -> tuple[BlockBatch, _Arrived, np.ndarray]:
+@dataclass(slots=True)
+class _Held:
+    """A batch taken but not folded yet; a raw one keeps its records, summarised when folded."""
+
+    batch: BlockBatch
+    at: float
+    chans: np.ndarray
+    records: Records | None = None
+    block_seqs: np.ndarray | None = None
+
+    def summarise(self) -> BlockBatch:
+        if self.records is not None and len(self.records):
+            self.batch.blocks = summarise(self.records, int(self.batch.ranks["rank"][0]), self.block_seqs)  # type: ignore[arg-type]
+            self.records = None
+        return self.batch
+
+
+def _raw_blocks(q: list[_Held], goff: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Block rows of the held raw batches, summarised together, and the batch of each row."""
+    raw = [i for i, h in enumerate(q) if h.records is not None and len(h.records)]
+    if not raw:
+        return np.zeros(0, BLOCK_DTYPE), np.zeros(0, np.int64)
+    recs = [q[i].records for i in raw]
+    sizes = [len(r) for r in recs]  # type: ignore[arg-type]
+    batch = np.repeat(np.array(raw, np.int64), sizes)
+    cols = {f: np.concatenate([getattr(r, f) for r in recs]) for f in _RECORD_FIELDS}
+    cols["group"] = cols["group"].astype(np.int64) + goff[batch]  # distinct per batch: never merged
+    bs = np.ones(n_groups, np.int64)
+    for i in raw:
+        b = q[i].block_seqs
+        if b is not None:
+            bs[goff[i] : goff[i] + b.shape[0]] = b
+    ranks = np.array([int(q[i].batch.ranks["rank"][0]) for i in raw], np.int64)
+    rows, first = summarise_rows(Records(**cols), np.repeat(ranks, sizes), bs)
+    for i in raw:
+        q[i].records = None
+    return rows, batch[first]
+
+
+def _concat(q: list[_Held]) -> tuple[BlockBatch, _Arrived, np.ndarray]:
     """Several batches as one: tables concatenated, group indices into the joined group list."""
-    bbs = [b for b, _, _ in q]
-    at = np.array([t for _, t, _ in q], np.float64)
+    bbs = [h.batch for h in q]
+    at = np.array([h.at for h in q], np.float64)
     goff = np.cumsum([0] + [len(b.groups) for b in bbs[:-1]])
     tables = {}
     which = {}
@@ -83,6 +123,10 @@ def _concat(q: list[tuple[BlockBatch, float, np.ndarray]]) -> tuple[BlockBatch, 
         if name != "ranks" and rows.shape[0]:
             rows["group"] += goff[idx].astype(rows["group"].dtype)
         tables[name], which[name] = rows, idx
+    raw, raw_batch = _raw_blocks(q, goff, int(goff[-1]) + len(bbs[-1].groups))
+    if raw.shape[0]:
+        tables["blocks"] = np.concatenate([tables["blocks"], raw]) if tables["blocks"].shape[0] else raw
+        which["blocks"] = np.concatenate([which["blocks"], raw_batch])
     # a rank's point-to-point ops in flight are those its last batch lists
     rk = tables["ranks"]["rank"].astype(np.int64)
     keep = np.ones(tables["p2p"].shape[0], bool)
@@ -104,10 +148,10 @@ def _concat(q: list[tuple[BlockBatch, float, np.ndarray]]) -> tuple[BlockBatch, 
     arrived = _Arrived(
         ranks=at[which["ranks"]],
         blocks=at[which["blocks"]],
-        notes=[(b.notes, t) for b, t, _ in q if b.notes],
+        notes=[(h.batch.notes, h.at) for h in q if h.batch.notes],
         p2p_keep=keep,
     )
-    return merged, arrived, np.concatenate([c for _, _, c in q]).astype(np.int64)
+    return merged, arrived, np.concatenate([h.chans for h in q]).astype(np.int64)
 
 
 @dataclass(slots=True)
@@ -140,7 +184,7 @@ class JobDetector:
         self._rank_blocks = False  # blocks cut by the ranks (block mode) have come in
         # batches taken but not yet folded in: folded together at the next evaluate, as one
         # batch's worth of array work (a node's body has a few dozen rows; the calls cost more)
-        self._queue: list[tuple[BlockBatch, float, np.ndarray]] = []
+        self._queue: list[_Held] = []
         self._queue_rows = 0
         self._queue_restart = -1
 
@@ -156,8 +200,9 @@ class JobDetector:
         rank, world = int(h["rank"]), int(h["world"])
         self._see_world(world)
         chans = self.topo.register_groups(list(h.get("groups", [])), rank)
-        bb = from_batch(h, batch.records, self._block_sizes(chans, batch, float(h.get("flush_s") or 1.0)))
-        self._enqueue(bb, received_at, chans)
+        sizes = self._block_sizes(chans, batch, float(h.get("flush_s") or 1.0))
+        bb = from_batch(h, batch.records, sizes, blocks=False)  # summarised when folded, with the others
+        self._enqueue(_Held(bb, received_at, chans, batch.records, sizes))
 
     def observe_blocks(self, batch: BlockBatch, received_at: float) -> None:
         """Take block summaries of one or more ranks (large jobs, per-node agents).
@@ -193,17 +238,20 @@ class JobDetector:
                         if ch >= 0:
                             break
             chans[i] = ch
-        self._enqueue(batch, received_at, chans)
+        self._enqueue(_Held(batch, received_at, chans))
 
-    def _enqueue(self, bb: BlockBatch, received_at: float, chans: np.ndarray) -> None:
+    def _enqueue(self, held: _Held) -> None:
         """Hold a batch for the next fold; a new incarnation of the job first folds what came before."""
+        bb = held.batch
         if bb.ranks.shape[0]:
             restart = int(bb.ranks["restart"].max())
             if restart > self._queue_restart:
                 self._drain()
                 self._queue_restart = restart
-        self._queue.append((bb, received_at, chans))
-        self._queue_rows += bb.ranks.shape[0] + bb.progress.shape[0] + bb.blocks.shape[0]
+        self._queue.append(held)
+        self.batches += 1
+        n_raw = 0 if held.records is None else len(held.records)
+        self._queue_rows += bb.ranks.shape[0] + bb.progress.shape[0] + bb.blocks.shape[0] + n_raw
         if self._queue_rows >= self.cfg.fold_rows:
             self._drain()
 
@@ -214,10 +262,9 @@ class JobDetector:
             return
         self._queue, self._queue_rows = [], 0
         if len(q) == 1:
-            self._ingest(*q[0])
+            self._ingest(q[0].summarise(), q[0].at, q[0].chans)
             return
         bb, arrived, chans = _concat(q)
-        self.batches += len(q) - 1
         self._ingest(bb, arrived, chans, many=True)
 
     def _see_world(self, world: int) -> None:
@@ -251,7 +298,6 @@ class JobDetector:
         topo, live = self.topo, self.live
         if np.isnan(self._started):
             self._started = arrived.ranks[0] if isinstance(arrived, _Arrived) else arrived
-        self.batches += 1
         rows = bb.ranks
         if rows.shape[0]:
             restart = int(rows["restart"].max())

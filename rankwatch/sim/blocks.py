@@ -124,20 +124,26 @@ def _bitlen(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def summarise(records: Records, rank: int, block_seqs: np.ndarray) -> np.ndarray:
-    """Summarise one rank's records into blocks.
+def summarise(records: Records, rank: int | np.ndarray, block_seqs: np.ndarray) -> np.ndarray:
+    """Summarise one rank's records into blocks (or several ranks' at once).
 
     Args:
         records: the rank's op records (``group`` indexes the rank's group list).
-        rank: the rank's global rank.
+        rank: the rank's global rank; or, for records of several batches concatenated (their
+            ``group`` made distinct per batch), each record's rank.
         block_seqs: block size for each group index (the same for every member of a group).
 
     Returns:
         ``BLOCK_DTYPE`` rows, one per (group, kind, peer, size class, block).
     """
+    return summarise_rows(records, rank, block_seqs)[0]
+
+
+def summarise_rows(records: Records, rank: int | np.ndarray, block_seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``summarise``, and for each block row the index of one of its records."""
     n = len(records)
     if not n:
-        return np.zeros(0, BLOCK_DTYPE)
+        return np.zeros(0, BLOCK_DTYPE), np.zeros(0, np.int64)
     g = records.group.astype(np.int64)
     kind = records.kind.astype(np.int64)
     peer = records.peer.astype(np.int64)
@@ -154,7 +160,7 @@ def summarise(records: Records, rank: int, block_seqs: np.ndarray) -> np.ndarray
     te = records.t_enter[order]
     out = np.zeros(starts.shape[0], BLOCK_DTYPE)
     first = order[starts]
-    out["rank"] = rank
+    out["rank"] = rank if isinstance(rank, int) else rank[first]
     out["group"] = g[first]
     out["kind"] = kind[first]
     out["peer"] = peer[first]
@@ -168,16 +174,19 @@ def summarise(records: Records, rank: int, block_seqs: np.ndarray) -> np.ndarray
     out["max_ns"] = np.maximum.reduceat(d, starts)
     out["first_enter_ns"] = np.minimum.reduceat(te, starts)
     out["last_enter_ns"] = np.maximum.reduceat(te, starts)
-    return out
+    return out, first
 
 
-def from_batch(header: Mapping[str, Any], records: Records, block_seqs: np.ndarray | None = None) -> BlockBatch:
+def from_batch(
+    header: Mapping[str, Any], records: Records, block_seqs: np.ndarray | None = None, *, blocks: bool = True
+) -> BlockBatch:
     """One rank's raw batch as a ``BlockBatch``.
 
     Args:
         header: the batch header (see ``docs/wire-format.md``).
         records: its op records.
         block_seqs: block size per header group index (default: 1, every op its own block).
+        blocks: summarise the records (else the batch has no block rows: the caller does it).
     """
     rank = int(header["rank"])
     groups = list(header.get("groups", []))
@@ -221,7 +230,7 @@ def from_batch(header: Mapping[str, Any], records: Records, block_seqs: np.ndarr
         ranks=ranks,
         progress=progress,
         p2p=p2p,
-        blocks=summarise(records, rank, block_seqs),
+        blocks=summarise(records, rank, block_seqs) if blocks else np.zeros(0, BLOCK_DTYPE),
         nodes={rank: str(header.get("node", ""))},
         notes={rank: notes},
         group_rank=group_rank,
