@@ -49,6 +49,10 @@ class IngestResult(dict[str, Any]):
     """The JSON reply to a batch: ``accepted`` records, ``duplicate``, ``commands`` for the rank."""
 
 
+_FOLD_TURN_ROWS = 4096
+"""Rows of held batches the analysis loop folds per turn of a job's lock (a few ms)."""
+
+
 class Collector:
     """Ingest, per-job state, persistence and the analysis loop of one service process."""
 
@@ -431,6 +435,13 @@ class Collector:
         det = job.detector
         if det is None:
             return  # no batch since the service started: the suspects it had stay as they are
+        # fold what the detector holds in short turns: ingest of this job waits on the lock meanwhile
+        with job.lock:
+            turns = getattr(det, "held_rows", 0) // _FOLD_TURN_ROWS
+        for _ in range(turns):
+            with job.lock:
+                if not det.fold(_FOLD_TURN_ROWS):
+                    break
         with job.lock:
             findings = list(det.evaluate(now))
             ready = bool(det.ready(now))

@@ -91,7 +91,7 @@ class DetectorConfig:
     """Slowness analysis runs every (slots / this) seconds at most (a slot is one rank in one group)."""
     max_analysis_period_s: float = 4.0
     """...but at least this often."""
-    fold_rows: int = 50_000
+    fold_rows: int = 16_384
     """Rows of batches held before they are folded into the job's state without waiting for
     ``evaluate`` (which folds them all first): bounds the memory of a job nobody evaluates."""
     max_flight_recorder_ranks: int = 1024

@@ -73,6 +73,7 @@ class _Held:
     chans: np.ndarray
     records: Records | None = None
     block_seqs: np.ndarray | None = None
+    rows: int = 0  # table rows and raw records: what folding it costs
 
     def summarise(self) -> BlockBatch:
         if self.records is not None and len(self.records):
@@ -251,9 +252,36 @@ class JobDetector:
         self._queue.append(held)
         self.batches += 1
         n_raw = 0 if held.records is None else len(held.records)
-        self._queue_rows += bb.ranks.shape[0] + bb.progress.shape[0] + bb.blocks.shape[0] + n_raw
+        held.rows = bb.ranks.shape[0] + bb.progress.shape[0] + bb.blocks.shape[0] + n_raw
+        self._queue_rows += held.rows
         if self._queue_rows >= self.cfg.fold_rows:
             self._drain()
+
+    @property
+    def held_rows(self) -> int:
+        """Rows of the batches held for the next fold."""
+        return self._queue_rows
+
+    def fold(self, max_rows: int) -> bool:
+        """Fold the oldest held batches, about ``max_rows`` rows of them (at least one batch), so a
+        caller holding a lock that ingest also takes can fold a large backlog in short turns.
+
+        Returns:
+            Whether batches are still held.
+        """
+        q, n, rows = self._queue, 0, 0
+        while n < len(q) and (n == 0 or rows + q[n].rows <= max_rows):
+            rows += q[n].rows
+            n += 1
+        if n < len(q):
+            self._queue, rest = q[:n], q[n:]
+            self._queue_rows = rows
+            self._drain()
+            self._queue = rest + self._queue
+            self._queue_rows = sum(h.rows for h in self._queue)
+            return True
+        self._drain()
+        return False
 
     def _drain(self) -> None:
         """Fold the batches taken since the last fold into the job's state, in one go."""

@@ -112,3 +112,23 @@ def test_held_batches_are_bounded() -> None:
         det.observe(d.batch, d.received_at)
         most = max(most, det._queue_rows)
     assert 0 < most < 500 + 200  # one batch past the bound at most
+
+
+def test_folding_in_turns_is_folding_at_once() -> None:
+    sc = _scenario(Fault("hang_compute", "rank", ranks=(4,), onset=8.0), duration=14.0)
+    at_once, in_turns = JobDetector(), JobDetector()
+    for d in deliveries(sc):
+        at_once.observe(d.batch, d.received_at)
+        in_turns.observe(d.batch, d.received_at)
+    held = in_turns.held_rows
+    assert held > 2_000
+    turns = 1
+    while in_turns.fold(500):
+        turns += 1
+        assert 0 < in_turns.held_rows < held
+    assert in_turns.held_rows == 0 and turns >= held // 500 // 2
+    at_once.ready(14.0)
+    for name in ("entered", "completed", "wm", "since"):
+        assert _per_slot(in_turns, getattr(in_turns.prog, name)) == _per_slot(at_once, getattr(at_once.prog, name))
+    np.testing.assert_array_equal(in_turns.live.last_seen, at_once.live.last_seen)
+    assert in_turns.cells.rows == at_once.cells.rows
