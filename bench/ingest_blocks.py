@@ -28,17 +28,15 @@ merge and re-encode): the agent's side, spread over the nodes, not the server's.
 
 Measured on the 2-core development machine (server pinned to one core, shared with other sessions;
 closed loop, 15 s of training after 5 s), op records per second of server-process CPU. The same
-load swings these figures by a third from hour to hour, so before/after pairs were run back to
-back: merged 8 ranks 0.74M before the per-body trimming of decode, checks and bookkeeping, 0.83M
-after (Collector.ingest alone, in process: 1.23M -> 1.51M), merged 64 ranks 2.15M -> 2.88M (3.1M
--> 4.5M); per rank 145k -> 150k, multi-batch agent 194k -> 214k; a third run of the new code gave
-merged 8 0.82M (1.47M), 64 2.9M (4.6M), 512 5.8M (6.3M), aggregated 1,024 ranks 7.3M. So one agent
-per node of 8 ranks still does not reach 1,000,000 records/s per core of server CPU through the
-whole server: a merged 8-rank body (~840 records) costs ~1.0 ms, of which the detector's
-``observe_blocks`` is ~0.23-0.29 ms and its analysis pass in the background ~0.1 ms, HTTP and the
-ASGI glue ~0.09 ms (uvicorn's own share ~0.04), decode and checks ~0.2 ms, the job's bookkeeping
-~0.1 ms. A rack-level agent merging 64 ranks or more is well past it. The README's "Ingest
-performance in block mode" has one run's full output.
+load swings these figures by a fifth from run to run and more from hour to hour, so before/after
+pairs were run back to back. Since the detector folds held batches together at its analysis pass
+(not one small batch at a time), merged 8 ranks (one agent per node) went 0.83M -> 1.16M, per rank
+145k -> 257k, aggregated 1,024 ranks 7.3M -> 9.5M; in process 1.52M -> 1.95M. Three runs since (the
+last two on the final code) gave merged 8 at 1.16M, 0.97M and 0.97M: about the 1,000,000 records/s per core target
+through the whole server (HTTP, background loops), 1.7-1.9M through decode, checks, bookkeeping
+and the detector's update alone. A merged 8-rank body (~840 records) costs ~0.85 ms: the ingest
+path ~60% (decode and checks half of it), uvicorn and the ASGI glue ~20%, background loops the rest.
+Merged 64 ranks: 2.9M. The README's "Ingest performance in block mode" has one run's full output.
 
     python bench/ingest_blocks.py [--seconds 20] [--merge 8,64,512] [--growth 1024,8192,98304] [--no-raw]
                                   [--no-per-rank]
