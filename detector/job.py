@@ -242,7 +242,8 @@ class JobDetector:
         self._enqueue(_Held(batch, received_at, chans))
 
     def _enqueue(self, held: _Held) -> None:
-        """Hold a batch for the next fold; a new incarnation of the job first folds what came before."""
+        """Hold a batch for the next fold; a new incarnation of the job first folds what came before.
+        A large batch (an aggregator's) is folded at once: joining it to others would only copy it."""
         bb = held.batch
         if bb.ranks.shape[0]:
             restart = int(bb.ranks["restart"].max())
@@ -254,7 +255,12 @@ class JobDetector:
         n_raw = 0 if held.records is None else len(held.records)
         held.rows = bb.ranks.shape[0] + bb.progress.shape[0] + bb.blocks.shape[0] + n_raw
         self._queue_rows += held.rows
-        if self._queue_rows >= self.cfg.fold_rows:
+        if self._queue_rows >= self.cfg.fold_rows or held.rows >= self.cfg.fold_rows // 8:
+            if len(self._queue) > 1:
+                self._queue.pop()
+                self._queue_rows -= held.rows
+                self._drain()
+                self._queue, self._queue_rows = [held], held.rows
             self._drain()
 
     @property
