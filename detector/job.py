@@ -282,9 +282,11 @@ class JobDetector:
         if n < len(q):
             self._queue, rest = q[:n], q[n:]
             self._queue_rows = rows
-            self._drain()
-            self._queue = rest + self._queue
-            self._queue_rows = sum(h.rows for h in self._queue)
+            try:
+                self._drain()
+            finally:  # batches a failed fold did not reach are still held
+                self._queue = rest + self._queue
+                self._queue_rows = sum(h.rows for h in self._queue)
             return True
         self._drain()
         return False
