@@ -78,7 +78,6 @@ class _Held:
     def summarise(self) -> BlockBatch:
         if self.records is not None and len(self.records):
             self.batch.blocks = summarise(self.records, int(self.batch.ranks["rank"][0]), self.block_seqs)  # type: ignore[arg-type]
-            self.records = None
         return self.batch
 
 
@@ -99,8 +98,6 @@ def _raw_blocks(q: list[_Held], goff: np.ndarray, n_groups: int) -> tuple[np.nda
             bs[goff[i] : goff[i] + b.shape[0]] = b
     ranks = np.array([int(q[i].batch.ranks["rank"][0]) for i in raw], np.int64)
     rows, first = summarise_rows(Records(**cols), np.repeat(ranks, sizes), bs)
-    for i in raw:
-        q[i].records = None
     return rows, batch[first]
 
 
@@ -245,22 +242,23 @@ class JobDetector:
         """Hold a batch for the next fold; a new incarnation of the job first folds what came before.
         A large batch (an aggregator's) is folded at once: joining it to others would only copy it."""
         bb = held.batch
+        self.batches += 1
+        if np.isnan(self._started):
+            self._started = held.at
         if bb.ranks.shape[0]:
             restart = int(bb.ranks["restart"].max())
             if restart > self._queue_restart:
                 self._drain()
                 self._queue_restart = restart
-        self._queue.append(held)
-        self.batches += 1
         n_raw = 0 if held.records is None else len(held.records)
         held.rows = bb.ranks.shape[0] + bb.progress.shape[0] + bb.blocks.shape[0] + n_raw
+        if held.rows >= self.cfg.fold_rows // 8:
+            self._drain()
+            self._fold([held])
+            return
+        self._queue.append(held)
         self._queue_rows += held.rows
-        if self._queue_rows >= self.cfg.fold_rows or held.rows >= self.cfg.fold_rows // 8:
-            if len(self._queue) > 1:
-                self._queue.pop()
-                self._queue_rows -= held.rows
-                self._drain()
-                self._queue, self._queue_rows = [held], held.rows
+        if self._queue_rows >= self.cfg.fold_rows:
             self._drain()
 
     @property
@@ -279,29 +277,21 @@ class JobDetector:
         while n < len(q) and (n == 0 or rows + q[n].rows <= max_rows):
             rows += q[n].rows
             n += 1
-        if n < len(q):
-            self._queue, rest = q[:n], q[n:]
-            self._queue_rows = rows
-            try:
-                self._drain()
-            finally:  # batches a failed fold did not reach are still held
-                self._queue = rest + self._queue
-                self._queue_rows = sum(h.rows for h in self._queue)
-            return True
-        self._drain()
-        return False
+        self._queue, self._queue_rows = q[n:], self._queue_rows - rows
+        self._fold(q[:n])
+        return bool(self._queue)
 
     def _drain(self) -> None:
-        """Fold the batches taken since the last fold into the job's state, in one go."""
-        q = self._queue
-        if not q:
-            return
-        self._queue, self._queue_rows = [], 0
+        """Fold every held batch."""
+        q, self._queue, self._queue_rows = self._queue, [], 0
+        self._fold(q)
+
+    def _fold(self, q: list[_Held]) -> None:
+        """Fold batches (no longer held) into the job's state, in one go."""
         if len(q) == 1:
             self._ingest(q[0].summarise(), q[0].at, q[0].chans)
-            return
-        bb, arrived, chans = _concat(q)
-        self._ingest(bb, arrived, chans, many=True)
+        elif q:
+            self._ingest(*_concat(q))
 
     def _see_world(self, world: int) -> None:
         if world > self.topo.world:
@@ -329,11 +319,9 @@ class JobDetector:
             out[i] = b
         return out
 
-    def _ingest(self, bb: BlockBatch, arrived: Arrived, chans: np.ndarray, many: bool = False) -> None:
-        """Fold one batch, or several concatenated (``many``: ``arrived`` per table row, ranks may repeat)."""
+    def _ingest(self, bb: BlockBatch, arrived: Arrived, chans: np.ndarray) -> None:
+        """Fold one batch, or several concatenated (``arrived`` an ``_Arrived``: ranks may repeat)."""
         topo, live = self.topo, self.live
-        if np.isnan(self._started):
-            self._started = arrived.ranks[0] if isinstance(arrived, _Arrived) else arrived
         rows = bb.ranks
         if rows.shape[0]:
             restart = int(rows["restart"].max())
@@ -347,11 +335,12 @@ class JobDetector:
         if isinstance(arrived, _Arrived):
             live.update_many(rows, arrived.ranks, arrived.notes)
             blocks_at: float | np.ndarray = arrived.blocks
+            p2p_keep: np.ndarray | None = arrived.p2p_keep
         else:
             live.update(rows, arrived, bb.notes)
-            blocks_at = arrived
+            blocks_at, p2p_keep = arrived, None
         offset = live.offset
-        self._ingest_progress(bb, chans, offset, arrived.p2p_keep if isinstance(arrived, _Arrived) else None)
+        self._ingest_progress(bb, chans, offset, p2p_keep)
         self._ingest_blocks(bb, chans, offset, blocks_at)
 
     def _slots(self, bb: BlockBatch, chans: np.ndarray, ranks: np.ndarray, gi: np.ndarray) -> np.ndarray:

@@ -64,6 +64,7 @@ from rankwatch.wire import (
     _tname,
     _validate_group,
     inflate,
+    peek_prefixed,
     read_header,
 )
 
@@ -148,9 +149,7 @@ def peek_header(body: bytes) -> dict[str, Any]:
     Raises:
         WireError: shorter than the prefix, or the header truncated or not a JSON object.
     """
-    if len(body) < _PREFIX.size:
-        raise WireError(f"block batch is {len(body)} bytes, shorter than the {_PREFIX.size}-byte prefix")
-    return read_header(body, _PREFIX.size, _PREFIX.unpack_from(body)[3], "block batch")[0]
+    return peek_prefixed(body, _PREFIX, "block batch")
 
 
 def encode_blocks(

@@ -45,6 +45,7 @@ from rankwatch.errors import WireError
 __all__ = [
     "inflate",
     "peek_header",
+    "peek_prefixed",
     "read_header",
     "CONTENT_TYPE",
     "DTYPES",
@@ -490,9 +491,15 @@ def peek_header(body: bytes) -> dict[str, Any]:
     Raises:
         WireError: shorter than the prefix, or the header truncated or not a JSON object.
     """
-    if len(body) < _PREFIX.size:
-        raise WireError(f"batch is {len(body)} bytes, shorter than the {_PREFIX.size}-byte prefix")
-    return read_header(body, _PREFIX.size, _PREFIX.unpack_from(body)[3], "batch")[0]
+    return peek_prefixed(body, _PREFIX, "batch")
+
+
+def peek_prefixed(body: bytes, prefix: struct.Struct, what: str) -> dict[str, Any]:
+    """The JSON header of a body whose fixed prefix (``prefix``) has the header's length as its
+    fourth field, as raw and block bodies do; nothing else is checked or decoded."""
+    if len(body) < prefix.size:
+        raise WireError(f"{what} is {len(body)} bytes, shorter than the {prefix.size}-byte prefix")
+    return read_header(body, prefix.size, prefix.unpack_from(body)[3], what)[0]
 
 
 def read_header(body: bytes, start: int, head_len: int, what: str) -> tuple[dict[str, Any], int]:
