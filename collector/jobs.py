@@ -259,13 +259,7 @@ class JobState:
         cnt = blocks["count"].astype(np.int64)
         n_records = int(cnt.sum())
         self.records += n_records
-        # op records per rank: rank rows are unique, so a sorted search finds each block's rank
-        if blocks.shape[0]:
-            order = np.argsort(rr["rank"], kind="stable")
-            pos = order[np.searchsorted(rr["rank"][order], blocks["rank"])]
-            per_rank = np.bincount(pos, weights=cnt, minlength=rr.shape[0]).astype(np.int64).tolist()
-        else:
-            per_rank = [0] * rr.shape[0]
+        per_rank = records_per_rank(bb)
         states = _STATE_NAMES
         for info, (_, _, _, flush_s, state, restart), n_ops in zip(infos, rr.tolist(), per_rank, strict=True):
             self._take_rank(info, n_ops, now, state=states[state], restart=restart, flush_s=flush_s)
@@ -555,6 +549,23 @@ def _counts(r: Any, ngroups: int) -> dict[int, dict[str, int]]:
 
 _STATE_NAMES = {code: name for name, code in STATE_CODES.items()}
 _FEW_ROWS = 64
+
+
+def records_per_rank(bb: BlockBatch) -> list[int]:
+    """Op records each rank row's blocks stand for, in the order of the rank rows (which are
+    unique, so a sorted search finds each block's rank); plain Python for a node's few rows."""
+    rr, blocks = bb.ranks, bb.blocks
+    n = rr.shape[0]
+    if not blocks.shape[0]:
+        return [0] * n
+    if blocks.shape[0] <= _FEW_ROWS:
+        per: dict[int, int] = {}
+        for r, c in zip(blocks["rank"].tolist(), blocks["count"].tolist(), strict=True):
+            per[r] = per.get(r, 0) + c
+        return [per.get(r, 0) for r in rr["rank"].tolist()]
+    order = np.argsort(rr["rank"], kind="stable")
+    pos = order[np.searchsorted(rr["rank"][order], blocks["rank"])]
+    return np.bincount(pos, weights=blocks["count"], minlength=n).astype(np.int64).tolist()
 
 
 def _op_counts(blocks: np.ndarray, cnt: np.ndarray) -> dict[tuple[int, int], int]:

@@ -22,7 +22,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -30,7 +29,7 @@ from rankwatch.blockwire import BlockBody, check_membership, decode_blocks, is_b
 from rankwatch.collector.actions import ActionBook
 from rankwatch.collector.db import Database, upsert
 from rankwatch.collector.flight import align_dumps
-from rankwatch.collector.jobs import GroupInfo, JobChanges, JobState, RankInfo, iso
+from rankwatch.collector.jobs import GroupInfo, JobChanges, JobState, RankInfo, iso, records_per_rank
 from rankwatch.collector.leases import LeaseManager, NotHolder
 from rankwatch.collector.models import GroupRow, GroupSummaryRow, JobRow, RankRow
 from rankwatch.collector.policy import Policy
@@ -570,18 +569,7 @@ def _rank_results(
 ) -> list[dict[str, Any]]:
     """Each rank's own answer to a merged block body (call under the job's lock)."""
     bb = got.batch
-    rr, blocks = bb.ranks, bb.blocks
-    n = rr.shape[0]
-    records = [0] * n
-    if 0 < blocks.shape[0] <= 4 * n:  # a row or two per rank and group: plain Python is cheaper
-        per: dict[int, int] = {}
-        for r, c in zip(blocks["rank"].tolist(), blocks["count"].tolist(), strict=True):
-            per[r] = per.get(r, 0) + c
-        records = [per.get(r, 0) for r in rr["rank"].tolist()]
-    elif blocks.shape[0]:
-        order = np.argsort(rr["rank"], kind="stable")
-        pos = order[np.searchsorted(rr["rank"][order], blocks["rank"])]
-        records = np.bincount(pos, weights=blocks["count"], minlength=n).astype(np.int64).tolist()
+    records = records_per_rank(bb)
     tell = any(size is not None for size in told)
     out: list[dict[str, Any]] = []
     for info, new, n_records in zip(got.rank_info, fresh, records, strict=True):
