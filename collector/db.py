@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ __all__ = ["Database", "Sessions", "open_database", "upgrade_schema", "upsert"]
 
 logger = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).with_name("migrations")
+_WAL_SWITCH_S = 10.0  # as long as busy_timeout: how long opening a file another process is switching may wait
 
 
 class Sessions:
@@ -67,13 +69,26 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     dbapi_conn.isolation_level = None  # SQLAlchemy's "begin" event below emits BEGIN itself
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA busy_timeout=10000")
-    try:
-        cur.execute("PRAGMA journal_mode=WAL")
-    except sqlite3.OperationalError:
-        # switching a new file to WAL needs it to itself; another process opening it at the same
-        # moment may have done the switch (WAL is a property of the file, and stays)
-        if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-            raise
+    # Switching a new file to WAL needs the file to itself, and SQLite reports "database is
+    # locked" at once (without its busy handler) when another process or connection is opening
+    # or switching the same file at that moment. WAL is a property of the file and stays, so:
+    # try again until the file is in WAL, by our switch or another's, for as long as busy_timeout.
+    deadline = time.monotonic() + _WAL_SWITCH_S
+    delay = 0.005
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            break
+        except sqlite3.OperationalError:
+            try:
+                if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                    break
+            except sqlite3.OperationalError:
+                pass
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(0.2, delay * 2)
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
