@@ -59,6 +59,9 @@ class DetectorConfig:
     """Smallest share of wall-clock one group must lose to count as a slow channel at all."""
     comm_warm_cells: int = 8
     """Blocks of an (op, size) class before its transfer baseline exists."""
+    comm_warm_s: float = 10.0
+    """Until a group has been watched this long, its baseline and spread come from a few blocks
+    of its first seconds: a slow verdict needs twice ``comm_z`` and twice ``comm_min_effect``."""
     hang_floor_s: float = 5.0
     """No collective is hung before this many seconds in flight."""
     hang_p99_mult: float = 5.0

@@ -12,7 +12,9 @@ A channel is *slow* when its transfers are over ``comm_ratio`` times their basel
 and by at least ``comm_z`` standard errors of that comparison (the spread over the number of blocks
 behind the short average and behind the baseline: a gloo all-reduce on a busy host varies tenfold
 from op to op, and a 30% swing of a few blocks' mean is nothing there), and the excess costs at
-least ``comm_channel_effect`` of wall-clock; *healthy* when an established baseline and recent
+least ``comm_channel_effect`` of wall-clock (in a group's first ``comm_warm_s``, whose baseline
+and spread come from a few blocks, twice the standard errors and at least twice
+``comm_min_effect``); *healthy* when an established baseline and recent
 blocks put it at or under ``comm_healthy_ratio``. Localisation (``rankwatch.detector.localise``)
 takes it from there.
 """
@@ -231,11 +233,18 @@ class TransferTracker:
         self.now_s = wc / safe
         self.established = nest > 0
         enough = W >= 1.0
+        # a young group's baseline and spread come from a few blocks of its first seconds (on a
+        # busy host these swing together for seconds at a time): it must be slower, and cost more
+        first = np.full(n_channels, np.inf)
+        np.minimum.at(first, ch, np.where(np.isnan(self.first), np.inf, self.first))
+        young = (self.t - first) < cfg.comm_warm_s
+        z = np.where(young, 2.0 * cfg.comm_z, cfg.comm_z)
+        effect = np.where(young, max(cfg.comm_channel_effect, 2.0 * cfg.comm_min_effect), cfg.comm_channel_effect)
         slow = (
             enough
             & (self.ratio >= cfg.comm_ratio)
-            & (np.log(self.ratio) >= cfg.comm_z * self.se)
-            & (self.ex_rate >= cfg.comm_channel_effect)
+            & (np.log(self.ratio) >= z * self.se)
+            & (self.ex_rate >= effect)
             & (self.slow_frac >= 0.5)
         )
         healthy = enough & self.established & (self.ratio <= cfg.comm_healthy_ratio)

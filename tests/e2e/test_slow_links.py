@@ -9,6 +9,7 @@ refuses a non-loopback address without them). Needs root for ``ip netns`` and ``
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -129,7 +130,7 @@ def test_slow_nic_is_a_comm_slow_node(hosts: Hosts, bridge_service: Service, tmp
             assert s["nodes"] == ["h3"], s
         time.sleep(3)
         active = [x for x in bridge_service.get("/suspects", job_id=job) if x["status"] == "active"]
-        assert active and all(x["kind"] == "comm_slow" and "h3" in x["nodes"] for x in active), active
+        assert active and all(x["kind"] == "comm_slow" and "h3" in x["nodes"] for x in active), json.dumps(active)
         assert not [x for x in bridge_service.get("/suspects", job_id=job) if x["kind"] == "noncomm_slow"]
     finally:
         _stop(procs)
@@ -142,7 +143,7 @@ def test_slow_link_is_a_comm_slow_link(hosts: Hosts, bridge_service: Service, tm
         _running(bridge_service, job, 60)
         hosts.slow_link(1, 3)
         s = _wait(bridge_service, job, "comm_slow")
-        assert s["level"] == "link" and sorted(s["link"]) == ["h1", "h3"], s
+        assert s["level"] == "link" and sorted(s["link"]) == ["h1", "h3"], json.dumps(s)
     finally:
         _stop(procs)
 
