@@ -13,10 +13,10 @@ recognised as a duplicate anyway).
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
+import orjson
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -99,7 +99,7 @@ class IngestFastPath:
         except Exception:
             await self.app(scope, _replay([body], False, receive), send)
             return
-        data = json.dumps(reply, separators=(",", ":")).encode()
+        data = orjson.dumps(reply, option=orjson.OPT_NON_STR_KEYS)
         await send(
             {
                 "type": "http.response.start",

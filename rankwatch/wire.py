@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
 
 from rankwatch.errors import WireError
 
@@ -219,12 +220,38 @@ def _shuffle(a: np.ndarray) -> bytes:
     return a.view(np.uint8).reshape(-1, size).T.tobytes()
 
 
-def _unshuffle(buf: bytes, dtype: str, n: int) -> np.ndarray:
-    dt = np.dtype(dtype)
-    raw = np.frombuffer(buf, dtype=np.uint8)
-    if dt.itemsize == 1:
-        return raw.view(dt)
-    return np.ascontiguousarray(raw.reshape(dt.itemsize, n).T).view(dt).reshape(n)
+def _column_runs() -> list[tuple[list[str], np.dtype[Any]]]:
+    """``_COLUMNS`` as runs of neighbours of one dtype (the five int64 columns are one run)."""
+    runs: list[tuple[list[str], np.dtype[Any]]] = []
+    for name, dt in _COLUMNS:
+        d = np.dtype(dt)
+        if runs and runs[-1][1] == d:
+            runs[-1][0].append(name)
+        else:
+            runs.append(([name], d))
+    return runs
+
+
+_COLUMN_RUNS = _column_runs()
+
+
+def _unshuffle_columns(block: bytes, n: int) -> dict[str, np.ndarray]:
+    """Every column of a decompressed block: each run of same-dtype columns unshuffled in one
+    numpy pass (one pass per column cost a fifth of decoding a 100-record batch)."""
+    raw = np.frombuffer(block, dtype=np.uint8)
+    cols: dict[str, np.ndarray] = {}
+    off = 0
+    for names, dt in _COLUMN_RUNS:
+        k, size = len(names), dt.itemsize
+        part = raw[off : off + k * size * n]
+        off += k * size * n
+        if size == 1:
+            arr = part.view(dt).reshape(k, n)
+        else:
+            arr = np.ascontiguousarray(part.reshape(k, size, n).transpose(0, 2, 1)).view(dt).reshape(k, n)
+        for i, name in enumerate(names):
+            cols[name] = arr[i]
+    return cols
 
 
 def encode_batch(header: Mapping[str, Any], records: Records, *, compress: bool = True) -> bytes:
@@ -292,12 +319,7 @@ def decode_batch(body: bytes) -> Batch:
         block = inflate(block, n * _ROW_BYTES)
     if len(block) != n * _ROW_BYTES:
         raise WireError(f"column block is {len(block)} bytes; {n} records need {n * _ROW_BYTES}")
-    cols: dict[str, np.ndarray] = {}
-    off = 0
-    for name, dt in _COLUMNS:
-        size = np.dtype(dt).itemsize * n
-        cols[name] = _unshuffle(block[off : off + size], dt, n)
-        off += size
+    cols = _unshuffle_columns(block, n)
     t_enter = np.cumsum(cols["t_enter"], dtype=np.int64)
     t_start = t_enter + cols["d_start"]
     records = Records(
@@ -512,8 +534,8 @@ def read_header(body: bytes, start: int, head_len: int, what: str) -> tuple[dict
     if len(body) < end:
         raise WireError(f"{what} is truncated inside its header")
     try:
-        header = json.loads(body[start:end])
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        header = orjson.loads(memoryview(body)[start:end])  # a quarter of json.loads' time
+    except orjson.JSONDecodeError as exc:  # also invalid UTF-8, NaN, integers beyond 64 bits
         raise WireError(f"header is not valid JSON: {exc}") from None
     if not isinstance(header, dict):
         raise WireError("header must be a JSON object")
