@@ -83,8 +83,16 @@ def test_slow_replica_group_is_swapped_live(tmp_path: Path) -> None:
             lambda: [s for s in svc.get("/suspects", job_id=job) if s["nodes"] == [f"ft{SLOW}"]],
             60,
         )[0]
+        # the swap of *this* suspect: the replaced process may die noisily on its way out (a
+        # rank_dead suspect whose own swap the cool-down refuses, finished before this one is)
         swap = wait_for(
-            "the swap", lambda: [a for a in actions(svc, job) if a["type"] == "swap" and a["finished_at"]], 60
+            "the swap",
+            lambda: [
+                a
+                for a in actions(svc, job)
+                if a["type"] == "swap" and a["suspect_id"] == suspect["id"] and a["finished_at"]
+            ],
+            60,
         )[0]
         assert swap["state"] == "succeeded", swap
         killed_at = when(swap["finished_at"])

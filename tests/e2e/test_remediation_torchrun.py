@@ -79,7 +79,13 @@ def test_slow_node_is_isolated_and_the_job_resumes_without_it(tmp_path: Path) ->
         assert suspect["kind"] == "noncomm_slow", suspect
         rc_a = procs[0].wait(timeout=180)
         rc_b = procs[1].wait(timeout=30)
-        log = wait_for("the restart's end", lambda: (a := actions(svc, job)) and a[-1]["finished_at"] and a, 30)
+        # every action finished, not just the newest: a refusal (cool-down) of a later suspect is
+        # finished at once, while the restart before it may still be running
+        log = wait_for(
+            "the restart's end",
+            lambda: (a := actions(svc, job)) and len(a) >= 3 and all(x["finished_at"] for x in a) and a,
+            30,
+        )
         sus = svc.get(f"/suspects/{suspect['id']}")
     finally:
         for p in procs:
