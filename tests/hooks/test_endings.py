@@ -97,9 +97,12 @@ def test_sigterm_while_stuck_in_a_collective_sends_a_last_batch(service: Service
                 os.kill(pid, 0)
             except ProcessLookupError:
                 break
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split()[2] == "Z":
-                    break
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().split()[2] == "Z":
+                        break
+            except (FileNotFoundError, ProcessLookupError):
+                break  # reaped between the two looks: gone
             time.sleep(0.1)
         else:
             raise AssertionError("the terminated rank is still running")
