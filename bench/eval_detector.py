@@ -10,11 +10,12 @@ import argparse
 import sys
 
 from rankwatch.detector.evaluate import ScenarioResult, evaluate_suite
+from rankwatch.sim.suite import SPLITS
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--split", default="tune", choices=("smoke", "tune", "heldout", "fresh"))
+    ap.add_argument("--split", default="tune", choices=SPLITS)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--only", default=None, help="run only scenarios whose name contains this")
     ap.add_argument("--eval-every", type=float, default=1.0)

@@ -5,7 +5,11 @@ its seeds are different (``HELDOUT_SEED``), and so are some of its parameters â€
 (``HELDOUT_LAYOUTS``), op rates (30 and 300 collectives per rank per second) and jitter profiles
 (``HELDOUT_PROFILES``, stronger variants of the tuning ones). ``heldout``'s misses have since been
 read while fixing the detector (2026-11-30), so it is no longer unseen: ``fresh`` has heldout's
-parameters and new seeds (``FRESH_SEED``), and is only run to report, never to tune. ``smoke`` is
+parameters and new seeds (``FRESH_SEED``), and is only run to report, never to tune. ``fresh``
+was in turn read (its misses are described in docs/detector.md), so ``unseen`` (added 2026-11-30,
+before the detector changes of that day's fifth session) has seeds (``UNSEEN_SEED``), layouts
+(``UNSEEN_LAYOUTS``), op rates (50 and 200 collectives per rank per second) and jitter profiles
+(``UNSEEN_PROFILES``) that no other split uses; it is run only for the final tables. ``smoke`` is
 a few seconds' worth for tests and demos.
 
 Each fault is placed where the topology lets the evidence tell it apart (a NIC on a node that
@@ -26,7 +30,18 @@ from rankwatch.sim.faults import Fault
 from rankwatch.sim.layout import Layout
 from rankwatch.sim.scenario import PROFILES, Profile, Scenario, Workload
 
-__all__ = ["FRESH_SEED", "HELDOUT_LAYOUTS", "HELDOUT_PROFILES", "HELDOUT_SEED", "LAYOUTS", "SPLITS", "build_suite"]
+__all__ = [
+    "FRESH_SEED",
+    "HELDOUT_LAYOUTS",
+    "HELDOUT_PROFILES",
+    "HELDOUT_SEED",
+    "LAYOUTS",
+    "SPLITS",
+    "UNSEEN_LAYOUTS",
+    "UNSEEN_PROFILES",
+    "UNSEEN_SEED",
+    "build_suite",
+]
 
 LAYOUTS: dict[str, Layout] = {
     "tp4dp4": Layout(tp=4, pp=1, dp=4),  # 16 ranks, 2 nodes: every DP group is half on each node
@@ -51,13 +66,34 @@ HELDOUT_PROFILES: dict[str, Profile] = {
         dataclasses.replace(PROFILES["everything"], name="everything+", gc_rate=0.05, cpu_sigma=0.07),
     )
 }
+UNSEEN_LAYOUTS: dict[str, Layout] = {
+    "tp4pp4dp2": Layout(tp=4, pp=4, dp=2),  # 32 ranks, 4 nodes: a node is a pipeline stage
+    "tp2pp2dp16": Layout(tp=2, pp=2, dp=16),  # 64 ranks, 8 nodes
+    "tp8pp2dp4": Layout(tp=8, pp=2, dp=4),  # 64 ranks, 8 nodes
+    "dp32": Layout(tp=1, pp=1, dp=32),  # 32 ranks, pure data parallel over 4 nodes
+}
+UNSEEN_PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        dataclasses.replace(
+            PROFILES["cpu_noise"], name="cpu_noise~", cpu_sigma=0.09, net_sigma=0.09, net_spike_p=0.003
+        ),
+        dataclasses.replace(PROFILES["gc"], name="gc~", gc_rate=0.06, gc_s=0.25, cpu_sigma=0.05),
+        dataclasses.replace(PROFILES["checkpoint"], name="checkpoint~", ckpt_every=30, ckpt_s=5.0, ckpt_skew_s=2.0),
+        dataclasses.replace(PROFILES["data"], name="data~", step_sigma=0.2, rank_step_sigma=0.07),
+        dataclasses.replace(PROFILES["first_step"], name="first_step~", first_step_x=8.0, init_s=1.5, cpu_sigma=0.05),
+        dataclasses.replace(PROFILES["everything"], name="everything~", gc_rate=0.04, cpu_sigma=0.08, step_sigma=0.2),
+    )
+}
 HELDOUT_SEED = 1_000_003
 FRESH_SEED = 2_000_029
-SPLITS = ("smoke", "tune", "heldout", "fresh")
+UNSEEN_SEED = 3_000_017
+SPLITS = ("smoke", "tune", "heldout", "fresh", "unseen")
 
 _TUNE_PROFILES = ("quiet", "cpu_noise", "gc", "first_step", "checkpoint", "data", "everything")
 _TUNE_RATES = (10.0, 100.0, 1000.0)
 _HELDOUT_RATES = (30.0, 300.0)
+_UNSEEN_RATES = (50.0, 200.0)
 
 
 def _scenario(
@@ -233,10 +269,11 @@ def build_suite(split: str = "tune", *, per_class: int | None = None, healthy: i
     """The scenarios of one split.
 
     Args:
-        split: ``smoke``, ``tune``, ``heldout`` or ``fresh``.
-        per_class: scenarios per fault class (default: 10 for ``tune``, 5 for ``heldout`` and ``fresh``,
-            1 for ``smoke``).
-        healthy: healthy runs (default: 36 for ``tune``, 16 for ``heldout`` and ``fresh``, 2 for ``smoke``).
+        split: ``smoke``, ``tune``, ``heldout``, ``fresh`` or ``unseen``.
+        per_class: scenarios per fault class (default: 10 for ``tune``, 5 for ``heldout``, ``fresh``
+            and ``unseen``, 1 for ``smoke``).
+        healthy: healthy runs (default: 36 for ``tune``, 16 for ``heldout``, ``fresh`` and
+            ``unseen``, 2 for ``smoke``).
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}")
@@ -244,6 +281,11 @@ def build_suite(split: str = "tune", *, per_class: int | None = None, healthy: i
     if split in ("heldout", "fresh"):
         seed0 = HELDOUT_SEED if split == "heldout" else FRESH_SEED
         layouts, profiles, rates = HELDOUT_LAYOUTS, list(HELDOUT_PROFILES.values()), _HELDOUT_RATES
+        per_class = 5 if per_class is None else per_class
+        healthy = 16 if healthy is None else healthy
+    elif split == "unseen":
+        seed0 = UNSEEN_SEED
+        layouts, profiles, rates = UNSEEN_LAYOUTS, list(UNSEEN_PROFILES.values()), _UNSEEN_RATES
         per_class = 5 if per_class is None else per_class
         healthy = 16 if healthy is None else healthy
     else:
