@@ -43,6 +43,11 @@ class DetectorConfig:
     """A rank late in one group is a victim if it waited this share of its lateness inside another."""
     hold_s: float = 1.0
     """A slow suspect must hold this long before it is reported."""
+    mild_hold_s: float = 4.0
+    """...and a straggler that slows the job less than ``mild_slowdown`` this long: in a job with
+    uneven steps a rank is late by 10-20% for a step or two by chance, a real straggler is late in
+    every step, and the latency target is for slowdowns of 1.2x and worse."""
+    mild_slowdown: float = 1.2
     link_hold_s: float = 3.0
     """A slow link that one of its nodes' NICs explains as well is held this much longer first."""
     release_s: float = 6.0

@@ -775,7 +775,12 @@ class JobDetector:
             self._rank_hot.setdefault(r, now)
         if not roots:
             return
-        confirmed = [r for r in roots if now - self._rank_hot[r] >= cfg.hold_s]
+        mild_w = 1.0 - 1.0 / cfg.mild_slowdown  # the share of wall-clock that slowdown costs
+        confirmed = [
+            r
+            for r in roots
+            if now - self._rank_hot[r] >= (cfg.hold_s if self._imposed(r) >= mild_w else cfg.mild_hold_s)
+        ]
         nodes, singles = self._node_groups(sorted(roots))
         # a node already reported keeps every root on it (its ranks flicker in and out of the evidence)
         active_nodes = {

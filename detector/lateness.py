@@ -68,7 +68,7 @@ def _grow(a: np.ndarray, n: int, fill: float) -> np.ndarray:
 class LatenessTracker:
     """Bucketed lateness per slot, baselines, and the roots they point to."""
 
-    _NAN = ("base_late", "base_dur", "noise", "level", "onset", "first_data")
+    _NAN = ("base_late", "base_dur", "noise", "level", "onset", "first_data", "usual_extra", "usual_share")
 
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
@@ -83,6 +83,13 @@ class LatenessTracker:
         self.level = np.full(0, np.nan)  # ...around this running level of it
         self.onset = np.full(0, np.nan)
         self.first_data = np.full(0, np.nan)
+        self.usual_extra = np.full(0, np.nan)  # seconds inside ops over the per-op baseline, per window, while calm
+        self.extra_age = np.zeros(0)
+        self.usual_share = np.full(0, np.nan)  # per slot: share of wall-clock inside its ops, while calm
+        self.usual_in = np.full(0, np.nan)  # per rank: the sum of its slots' (inside any op)
+        self.d_slot = np.zeros(0)  # per slot: share inside its ops now, over the usual
+        self.in_age = np.zeros(0)
+        self.d_in = np.zeros(0)  # per rank: share of wall-clock inside ops now, over the usual
         self.base_age = np.zeros(0)
         self.noise_age = np.zeros(0)
         self.ncells = np.zeros(0)
@@ -115,6 +122,7 @@ class LatenessTracker:
         for name in self._NAN:
             setattr(self, name, _grow(getattr(self, name), n, np.nan))
         self.base_age = _grow(self.base_age, n, 0.0)
+        self.extra_age = _grow(self.extra_age, n, 0.0)
         self.noise_age = _grow(self.noise_age, n, 0.0)
         self.ncells = _grow(self.ncells, n, 0.0)
         self.onset_seq = _grow(self.onset_seq, n, 0)
@@ -397,7 +405,82 @@ class LatenessTracker:
         n_age[ok] += dt
         self.late_rate, self.dur_rate, self.ex_late, self.ex_dur = late, dur, ex_late, ex_dur
         self.thr = thr
-        return self._roots(hot, topo, frozen_ch, ch_excess)
+        wd, wo = self._ring_sum(self.bd, n), self._ring_sum(self.bo, n)
+        extra = self._learn_extra(now, dt, topo, wd, wo, rate, has)
+        return self._roots(hot, topo, frozen_ch, ch_excess, wo, extra)
+
+    def _learn_extra(
+        self,
+        now: float,
+        dt: float,
+        topo: Topology,
+        wd: np.ndarray,
+        wo: np.ndarray,
+        rate: np.ndarray,
+        has: np.ndarray,
+    ) -> np.ndarray:
+        """Per slot: seconds inside its ops over the window beyond what is usual for it; learns the usual.
+
+        The per-op baseline is a lower envelope (``base_dur``), so a slot spends some time over it
+        even when nothing is wrong. In a pipeline's sends and receives that is large and steady: a
+        stage waits there for the schedule's bubbles, every step, and counted as waiting on
+        somebody it made every straggler of a deep pipeline look like a victim. So for point-to-
+        point slots the usual amount is learned, while the slot's rank, its group-mates and their
+        other groups are calm (a victim of a suspect must not learn its waiting as usual), and
+        only what exceeds it counts. In collective groups the excess over the lower envelope is
+        the waiting for whoever came last, and it stays whole: jitter there is what makes a
+        rank that is late by chance look like the victim it is.
+        """
+        cfg = self.cfg
+        n = topo.n_slots
+        extra = np.clip(np.nan_to_num(wd - self.base_dur[:n] * wo, nan=0.0), 0.0, None)
+        busy = self.busy[:n]
+        frozen_ch = np.bincount(topo.slot_ch[busy], minlength=topo.n_channels) > 0
+        frozen = frozen_ch[topo.slot_ch]
+        frozen_rank = np.zeros(topo.world, bool)
+        frozen_rank[topo.slot_rank[frozen | busy]] = True
+        sl = slice(0, n)
+        p2p = topo.ch_parent[topo.slot_ch] >= 0
+        learn = has & p2p & ~frozen_rank[topo.slot_rank]
+        learn &= now - self.first_data[sl] >= max(2 * cfg.ops_tau_s, _K * cfg.bucket_s)
+        # per slot: its share of wall-clock inside its group's ops, now against its usual (while
+        # calm); a rank's sum over its slots is its share inside any op. As a share of wall-clock:
+        # the ring's newest buckets are still filling, so the time it covers is not its length but
+        # what its ops took at the groups' op rates
+        ops = np.bincount(topo.slot_rank, wo, topo.world)
+        cover = ops / np.maximum(np.bincount(topo.slot_rank, rate, topo.world), 1e-9)
+        ok_r = cover >= cfg.bucket_s * _M
+        share = wd / np.maximum(cover, 1e-9)[topo.slot_rank]
+        r_has = np.zeros(topo.world, bool)
+        r_has[topo.slot_rank[has]] = True
+        settled = now - self.first_data[sl] >= max(2 * cfg.ops_tau_s, _K * cfg.bucket_s)  # nan: False
+        r_learn = r_has & ~frozen_rank & ok_r & (np.bincount(topo.slot_rank[settled], minlength=topo.world) > 0)
+        self.in_age = _grow(self.in_age, topo.world, 0.0)
+        i_age = self.in_age[: topo.world]
+        ra = np.where(i_age < cfg.baseline_warm_s, dt / np.maximum(i_age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
+        s_learn = r_learn[topo.slot_rank]
+        u_sl = self.usual_share[sl]
+        first_s = s_learn & np.isnan(u_sl)
+        u_sl[first_s] = share[first_s]
+        upd_s = s_learn & ~first_s
+        u_sl[upd_s] += ra[topo.slot_rank[upd_s]] * (share[upd_s] - u_sl[upd_s])
+        i_age[r_learn] += dt
+        known = np.isfinite(u_sl)
+        self.usual_in = np.where(
+            np.bincount(topo.slot_rank, known, topo.world) > 0,
+            np.bincount(topo.slot_rank, np.where(known, u_sl, 0.0), topo.world),
+            np.nan,
+        )
+        self.d_slot = np.where(known & ok_r[topo.slot_rank], share - np.nan_to_num(u_sl, nan=0.0), 0.0)
+        self.d_in = np.where(ok_r, np.bincount(topo.slot_rank, self.d_slot, topo.world), np.nan)
+        usual, age = self.usual_extra[sl], self.extra_age[sl]
+        a = np.where(age < cfg.baseline_warm_s, dt / np.maximum(age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
+        first = learn & np.isnan(usual)
+        usual[first] = extra[first]
+        upd = learn & ~first
+        usual[upd] += a[upd] * (extra[upd] - usual[upd])
+        age[learn] += dt
+        return np.where(p2p, np.clip(extra - np.nan_to_num(usual, nan=0.0), 0.0, None), extra)
 
     def _lower_median(self, x: np.ndarray, topo: Topology) -> np.ndarray:
         """Per slot: the lower median of ``x`` over its channel's members (nan counts as largest)."""
@@ -426,26 +509,27 @@ class LatenessTracker:
             self._by_size = (key, groups)
         return self._by_size[1]
 
-    def _window(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per slot: lateness, time inside and ops summed over all kept buckets (the same for all)."""
-        order = np.argsort(-self.bid)
-        return (
-            self.bl[:n][:, order].sum(axis=1, dtype=np.float64),
-            self.bd[:n][:, order].sum(axis=1, dtype=np.float64),
-            self.bo[:n][:, order].sum(axis=1, dtype=np.float64),
-        )
+    @staticmethod
+    def _ring_sum(arr: np.ndarray, n: int) -> np.ndarray:
+        """Per slot: one bucket ring (lateness, time inside or ops) summed over all kept buckets."""
+        return arr[:n].sum(axis=1, dtype=np.float64)
 
     def _roots(
-        self, hot: np.ndarray, topo: Topology, frozen_ch: np.ndarray | None, ch_excess: np.ndarray | None = None
+        self,
+        hot: np.ndarray,
+        topo: Topology,
+        frozen_ch: np.ndarray | None,
+        ch_excess: np.ndarray | None,
+        wo: np.ndarray,
+        extra: np.ndarray,
     ) -> dict[int, Straggler]:
         cand = np.flatnonzero(hot)
         if not cand.shape[0]:
             return {}
         ptr, slots_of = topo.rank_slots()
-        n = topo.n_slots
-        wl, wd, wo = self._window(n)
-        # seconds inside ops beyond each slot's own per-op baseline, over one common recent window
-        extra = np.clip(np.nan_to_num(wd - self.base_dur[:n] * wo, nan=0.0), 0.0, None)
+        wl = self._ring_sum(self.bl, topo.n_slots)
+        # ``extra``: seconds inside ops beyond each slot's own per-op baseline and its usual
+        # waiting, over one common recent window
         total = np.bincount(topo.slot_rank, extra, topo.world)
         elsewhere = total[topo.slot_rank] - extra  # per slot: its rank's extra inside other groups' ops
         # ...compared with what the other members of the same group spent elsewhere at the same time:
@@ -472,8 +556,27 @@ class LatenessTracker:
                         continue
             late_s = float(wl[s] - np.nan_to_num(self.ref_lop[s]) * wo[s])
             # a victim spends its lateness inside other ops (waiting, or in slow transfers);
-            # a straggler spends it outside any op
-            if float(rel[s]) >= self.cfg.explain_k * late_s or float(elsewhere[s]) >= 1.5 * late_s:
+            # a straggler spends it outside any op. Three ways to see it, any one makes a victim:
+            # more waiting elsewhere than its group-mates...
+            if float(rel[s]) >= self.cfg.explain_k * late_s:
+                continue
+            d_in = float(self.d_in[r]) if r < self.d_in.shape[0] else float("nan")
+            # waiting in another group on a member that is late there is that member's doing: it
+            # says nothing of whether this rank is also slow itself (two stragglers in one group)
+            on_other = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & (hot_in_ch[topo.slot_ch[mine]] - hot[mine] > 0)]
+            if on_other.shape[0]:
+                d_in -= float(np.clip(self.d_slot[on_other], 0.0, None).sum())
+            if np.isfinite(d_in) and np.isfinite(self.usual_in[r]):
+                # ...more time inside ops than its own usual: a rank whose own work grew by what makes
+                # the others wait L seconds a second spends (1 - u) L less of its time inside ops (u:
+                # the share of its time it usually spends outside them); one that waits on somebody
+                # else spends u L more. Half-way between the two is the line...
+                u = float(np.clip(1.0 - self.usual_in[r], 0.0, 1.0))
+                ex = float(self.ex_late[s]) if np.isfinite(self.ex_late[s]) else 0.0
+                if d_in > (u - 0.5) * ex:
+                    continue
+            # ...or, outright, much more waiting elsewhere than its lateness
+            if float(elsewhere[s]) >= 1.5 * late_s:
                 continue
             # ...or it waited, in another group, for a member that is late there itself
             others = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & ~hot[mine]]

@@ -9,11 +9,20 @@ from rankwatch.sim import Fault, Layout, Scenario, Workload, deliveries
 
 LAY = Layout(tp=4, pp=1, dp=4)
 PIPE = Layout(tp=8, pp=2, dp=2)
+DEEP = Layout(tp=2, pp=4, dp=4)
 
 
 @pytest.mark.parametrize(
     ("layout", "profile"),
-    [(LAY, "gc"), (LAY, "data"), (PIPE, "checkpoint"), (PIPE, "first_step"), (LAY, "everything")],
+    [
+        (LAY, "gc"),
+        (LAY, "data"),
+        (PIPE, "checkpoint"),
+        (PIPE, "first_step"),
+        (LAY, "everything"),
+        (DEEP, "data"),
+        (DEEP, "gc"),
+    ],
 )
 def test_no_suspect_on_a_healthy_job(run, layout: Layout, profile: str) -> None:  # type: ignore[no-untyped-def]
     res = run(layout, profile=profile, duration=60.0)

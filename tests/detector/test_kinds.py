@@ -6,6 +6,7 @@ from rankwatch.sim import Fault, Layout
 
 TP4DP4 = Layout(tp=4, pp=1, dp=4)  # 16 ranks on 2 nodes: every data-parallel group is half on each
 TP8PP2DP2 = Layout(tp=8, pp=2, dp=2)  # 32 ranks on 4 nodes: pipeline links between node pairs
+TP2PP4DP4 = Layout(tp=2, pp=4, dp=4)  # 32 ranks on 4 nodes: a node is a stage of a 4-stage pipeline
 
 
 def _only(res, key: str) -> None:  # type: ignore[no-untyped-def]
@@ -32,6 +33,13 @@ def test_slow_node_when_half_of_every_group_is_slow(run) -> None:  # type: ignor
 def test_one_slow_gpu_on_a_node_is_the_gpu(run) -> None:  # type: ignore[no-untyped-def]
     res = run(TP8PP2DP2, Fault("slow_compute", "rank", ranks=(21,), factor=1.5, onset=20.0))
     _only(res, "noncomm_slow:rank:21")
+
+
+def test_straggler_in_a_deep_pipeline(run) -> None:  # type: ignore[no-untyped-def]
+    # every stage waits in its receives for the schedule's bubbles: that waiting is usual, not a
+    # sign that the straggler (stage 1 of replica 1) waited on somebody else
+    res = run(TP2PP4DP4, Fault("slow_compute", "rank", ranks=(11,), factor=1.5, onset=20.0), rate=30.0)
+    _only(res, "noncomm_slow:rank:11")
 
 
 def test_slow_link(run) -> None:  # type: ignore[no-untyped-def]

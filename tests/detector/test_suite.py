@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rankwatch.sim.suite import HELDOUT_LAYOUTS, LAYOUTS, build_suite
+from rankwatch.sim.suite import HELDOUT_LAYOUTS, LAYOUTS, UNSEEN_LAYOUTS, build_suite
 
 
 def _seeds(split: str) -> set[int]:
@@ -12,10 +12,18 @@ def _seeds(split: str) -> set[int]:
 
 
 def test_splits_share_no_seed() -> None:
-    tune, heldout, fresh = _seeds("tune"), _seeds("heldout"), _seeds("fresh")
-    assert not tune & heldout
-    assert not tune & fresh
-    assert not heldout & fresh
+    seeds = {split: _seeds(split) for split in ("tune", "heldout", "fresh", "unseen")}
+    for a in seeds:
+        for b in seeds:
+            assert a == b or not seeds[a] & seeds[b], (a, b)
+
+
+def test_unseen_shares_no_layout_rate_or_profile_with_the_other_splits() -> None:
+    others = [sc for split in ("tune", "heldout", "fresh") for sc in build_suite(split)]
+    unseen = build_suite("unseen")
+    assert {sc.layout for sc in unseen} <= set(UNSEEN_LAYOUTS.values())
+    for key in (lambda sc: sc.layout, lambda sc: sc.profile.name, lambda sc: sc.tags[2]):
+        assert not {key(sc) for sc in unseen} & {key(sc) for sc in others}
 
 
 def test_held_out_splits_use_layouts_never_tuned_on() -> None:
