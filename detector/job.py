@@ -776,10 +776,9 @@ class JobDetector:
         if not roots:
             return
         mild_w = 1.0 - 1.0 / cfg.mild_slowdown  # the share of wall-clock that slowdown costs
+        imposed = {r: self._imposed(r) for r in roots}
         confirmed = [
-            r
-            for r in roots
-            if now - self._rank_hot[r] >= (cfg.hold_s if self._imposed(r) >= mild_w else cfg.mild_hold_s)
+            r for r in roots if now - self._rank_hot[r] >= (cfg.hold_s if imposed[r] >= mild_w else cfg.mild_hold_s)
         ]
         nodes, singles = self._node_groups(sorted(roots))
         # a node already reported keeps every root on it (its ranks flicker in and out of the evidence)
@@ -799,7 +798,7 @@ class JobDetector:
                 groups.append(("node", sorted(rs), [n]))
         groups += [("rank", [r], [int(topo.node_of[r])]) for r in singles if r in confirmed]
         for level, rs, ns in groups:
-            w = min(0.95, max(self._imposed(r) for r in rs))
+            w = min(0.95, max(imposed[r] for r in rs))
             thr = max(roots[r].threshold for r in rs)
             onset = (
                 float(np.nanmin([roots[r].onset for r in rs])) if any(not np.isnan(roots[r].onset) for r in rs) else now

@@ -372,7 +372,7 @@ class LatenessTracker:
         self.busy[sl] = busy_rank[topo.slot_rank]
         calm &= ~self.busy[sl]
         age = self.base_age[sl]
-        a = np.where(age < cfg.baseline_warm_s, dt / np.maximum(age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
+        a = self._weight(age, dt)
         # faults only ever add lateness and time inside ops: a baseline follows a drop five times
         # faster than a rise, so a slow start (compilation, the first step) does not stay in it
         for base, x in ((self.base_late[sl], ml),):
@@ -441,8 +441,8 @@ class LatenessTracker:
         frozen_rank[topo.slot_rank[frozen | busy]] = True
         sl = slice(0, n)
         p2p = topo.ch_parent[topo.slot_ch] >= 0
-        learn = has & p2p & ~frozen_rank[topo.slot_rank]
-        learn &= now - self.first_data[sl] >= max(2 * cfg.ops_tau_s, _K * cfg.bucket_s)
+        settled = now - self.first_data[sl] >= max(2 * cfg.ops_tau_s, _K * cfg.bucket_s)  # nan: False
+        learn = has & p2p & ~frozen_rank[topo.slot_rank] & settled
         # per slot: its share of wall-clock inside its group's ops, now against its usual (while
         # calm); a rank's sum over its slots is its share inside any op. As a share of wall-clock:
         # the ring's newest buckets are still filling, so the time it covers is not its length but
@@ -453,11 +453,10 @@ class LatenessTracker:
         share = wd / np.maximum(cover, 1e-9)[topo.slot_rank]
         r_has = np.zeros(topo.world, bool)
         r_has[topo.slot_rank[has]] = True
-        settled = now - self.first_data[sl] >= max(2 * cfg.ops_tau_s, _K * cfg.bucket_s)  # nan: False
         r_learn = r_has & ~frozen_rank & ok_r & (np.bincount(topo.slot_rank[settled], minlength=topo.world) > 0)
         self.in_age = _grow(self.in_age, topo.world, 0.0)
         i_age = self.in_age[: topo.world]
-        ra = np.where(i_age < cfg.baseline_warm_s, dt / np.maximum(i_age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
+        ra = self._weight(i_age, dt)
         s_learn = r_learn[topo.slot_rank]
         u_sl = self.usual_share[sl]
         first_s = s_learn & np.isnan(u_sl)
@@ -474,13 +473,19 @@ class LatenessTracker:
         self.d_slot = np.where(known & ok_r[topo.slot_rank], share - np.nan_to_num(u_sl, nan=0.0), 0.0)
         self.d_in = np.where(ok_r, np.bincount(topo.slot_rank, self.d_slot, topo.world), np.nan)
         usual, age = self.usual_extra[sl], self.extra_age[sl]
-        a = np.where(age < cfg.baseline_warm_s, dt / np.maximum(age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
+        a = self._weight(age, dt)
         first = learn & np.isnan(usual)
         usual[first] = extra[first]
         upd = learn & ~first
         usual[upd] += a[upd] * (extra[upd] - usual[upd])
         age[learn] += dt
         return np.where(p2p, np.clip(extra - np.nan_to_num(usual, nan=0.0), 0.0, None), extra)
+
+    def _weight(self, age: np.ndarray, dt: float) -> np.ndarray:
+        """Weight of a new sample in a baseline ``age`` seconds old: a running average while it
+        is younger than ``baseline_warm_s``, then a time constant of ``baseline_tau_s``."""
+        cfg = self.cfg
+        return np.where(age < cfg.baseline_warm_s, dt / np.maximum(age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
 
     def _lower_median(self, x: np.ndarray, topo: Topology) -> np.ndarray:
         """Per slot: the lower median of ``x`` over its channel's members (nan counts as largest)."""
@@ -560,7 +565,7 @@ class LatenessTracker:
             # more waiting elsewhere than its group-mates...
             if float(rel[s]) >= self.cfg.explain_k * late_s:
                 continue
-            d_in = float(self.d_in[r]) if r < self.d_in.shape[0] else float("nan")
+            d_in = float(self.d_in[r])
             # waiting in another group on a member that is late there is that member's doing: it
             # says nothing of whether this rank is also slow itself (two stragglers in one group)
             on_other = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & (hot_in_ch[topo.slot_ch[mine]] - hot[mine] > 0)]
