@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from rankwatch.detector import JobDetector
+from rankwatch.detector.evaluate import run_scenario
 from rankwatch.sim import Fault, Layout, Scenario, Workload, deliveries
+from rankwatch.sim.suite import HELDOUT_PROFILES
 
 LAY = Layout(tp=4, pp=1, dp=4)
 PIPE = Layout(tp=8, pp=2, dp=2)
@@ -57,3 +59,18 @@ def test_dead_rank_resolves_when_it_talks_again() -> None:
                 assert "rank_dead:rank:5" not in found
             t += 1.0
         det.observe(d.batch, d.received_at)
+
+
+def test_no_suspect_in_a_deep_pipeline_with_uneven_batches() -> None:
+    # a pipeline replica that one rank's uneven batch holds up is late at every data-parallel
+    # reduce at once; each of its ranks waited (its share of time inside ops grew), none is slow
+    sc = Scenario(
+        name="deep-uneven",
+        layout=DEEP,
+        workload=Workload.for_rate(30.0, DEEP),
+        profile=HELDOUT_PROFILES["data+"],
+        faults=(),
+        duration=90.0,
+        seed=2,
+    )
+    assert [r.key for r in run_scenario(sc).reported] == []
