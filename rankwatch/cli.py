@@ -121,11 +121,14 @@ def main(argv: list[str] | None = None) -> int:
         help="run the detector's labelled evaluation suite and print precision, recall and latency per class",
         description="Run the evaluation suite (rankwatch.sim.suite) through the real detector. 'tune' is what the "
         "thresholds were tuned on; 'heldout' uses layouts, jitter profiles, rates and seeds never used in tuning; "
-        "'fresh' has heldout's parameters and new seeds; 'unseen' has seeds, layouts, rates and jitter profiles of its "
-        "own, run only for the final tables.",
+        "'fresh' has heldout's parameters and new seeds; 'unseen' and then 'sealed' have seeds, layouts, rates and "
+        "jitter profiles of their own ('sealed' is run only for the final tables).",
     )
     ev.add_argument(
-        "--split", default="smoke", choices=("smoke", "tune", "heldout", "fresh", "unseen"), help="which suite (smoke)"
+        "--split",
+        default="smoke",
+        choices=("smoke", "tune", "heldout", "fresh", "unseen", "sealed"),
+        help="which suite (smoke)",
     )
     ev.add_argument("--workers", type=int, default=1, help="processes to run scenarios in (1)")
     ev.add_argument("--only", help="only scenarios whose name contains this")

@@ -9,8 +9,12 @@ parameters and new seeds (``FRESH_SEED``), and is only run to report, never to t
 was in turn read (its misses are described in docs/detector.md), so ``unseen`` (added 2026-11-30,
 before the detector changes of that day's fifth session) has seeds (``UNSEEN_SEED``), layouts
 (``UNSEEN_LAYOUTS``), op rates (50 and 200 collectives per rank per second) and jitter profiles
-(``UNSEEN_PROFILES``) that no other split uses; it is run only for the final tables. ``smoke`` is
-a few seconds' worth for tests and demos.
+(``UNSEEN_PROFILES``) that no other split uses. ``unseen``'s misses were read in turn (2026-11-30,
+sixth session), so ``sealed`` (added that session before any detector change) has seeds
+(``SEALED_SEED``), layouts (``SEALED_LAYOUTS``), op rates (20 and 150 collectives per rank per
+second) and jitter profiles (``SEALED_PROFILES``) of its own; it is run only for the final tables
+and its misses are not read to change the detector. ``smoke`` is a few seconds' worth for tests
+and demos.
 
 Each fault is placed where the topology lets the evidence tell it apart (a NIC on a node that
 talks to at least two other nodes, a link between pipeline neighbours, a GPU's NIC on a rank with
@@ -36,6 +40,9 @@ __all__ = [
     "HELDOUT_PROFILES",
     "HELDOUT_SEED",
     "LAYOUTS",
+    "SEALED_LAYOUTS",
+    "SEALED_PROFILES",
+    "SEALED_SEED",
     "SPLITS",
     "UNSEEN_LAYOUTS",
     "UNSEEN_PROFILES",
@@ -85,15 +92,41 @@ UNSEEN_PROFILES: dict[str, Profile] = {
         dataclasses.replace(PROFILES["everything"], name="everything~", gc_rate=0.04, cpu_sigma=0.08, step_sigma=0.2),
     )
 }
+SEALED_LAYOUTS: dict[str, Layout] = {
+    "tp4pp2dp4": Layout(tp=4, pp=2, dp=4),  # 32 ranks, 4 nodes
+    "tp2pp4dp2": Layout(tp=2, pp=4, dp=2),  # 16 ranks, 2 nodes: a node holds two pipeline stages
+    "tp8dp4": Layout(tp=8, pp=1, dp=4),  # 32 ranks, 4 nodes
+    "dp24": Layout(tp=1, pp=1, dp=24),  # 24 ranks, pure data parallel over 3 nodes
+}
+SEALED_PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        dataclasses.replace(
+            PROFILES["cpu_noise"],
+            name="cpu_noise^",
+            cpu_sigma=0.07,
+            net_sigma=0.1,
+            net_spike_p=0.004,
+            hetero_sigma=0.02,
+        ),
+        dataclasses.replace(PROFILES["gc"], name="gc^", gc_rate=0.07, gc_s=0.18, cpu_sigma=0.04),
+        dataclasses.replace(PROFILES["checkpoint"], name="checkpoint^", ckpt_every=20, ckpt_s=4.5, ckpt_skew_s=1.8),
+        dataclasses.replace(PROFILES["data"], name="data^", step_sigma=0.28, rank_step_sigma=0.05),
+        dataclasses.replace(PROFILES["first_step"], name="first_step^", first_step_x=10.0, init_s=2.0, cpu_sigma=0.04),
+        dataclasses.replace(PROFILES["everything"], name="everything^", gc_rate=0.05, cpu_sigma=0.07, net_sigma=0.08),
+    )
+}
 HELDOUT_SEED = 1_000_003
 FRESH_SEED = 2_000_029
 UNSEEN_SEED = 3_000_017
-SPLITS = ("smoke", "tune", "heldout", "fresh", "unseen")
+SEALED_SEED = 4_000_037
+SPLITS = ("smoke", "tune", "heldout", "fresh", "unseen", "sealed")
 
 _TUNE_PROFILES = ("quiet", "cpu_noise", "gc", "first_step", "checkpoint", "data", "everything")
 _TUNE_RATES = (10.0, 100.0, 1000.0)
 _HELDOUT_RATES = (30.0, 300.0)
 _UNSEEN_RATES = (50.0, 200.0)
+_SEALED_RATES = (20.0, 150.0)
 
 
 def _scenario(
@@ -269,11 +302,11 @@ def build_suite(split: str = "tune", *, per_class: int | None = None, healthy: i
     """The scenarios of one split.
 
     Args:
-        split: ``smoke``, ``tune``, ``heldout``, ``fresh`` or ``unseen``.
-        per_class: scenarios per fault class (default: 10 for ``tune``, 5 for ``heldout``, ``fresh``
-            and ``unseen``, 1 for ``smoke``).
-        healthy: healthy runs (default: 36 for ``tune``, 16 for ``heldout``, ``fresh`` and
-            ``unseen``, 2 for ``smoke``).
+        split: ``smoke``, ``tune``, ``heldout``, ``fresh``, ``unseen`` or ``sealed``.
+        per_class: scenarios per fault class (default: 10 for ``tune``, 5 for ``heldout``, ``fresh``,
+            ``unseen`` and ``sealed``, 1 for ``smoke``).
+        healthy: healthy runs (default: 36 for ``tune``, 16 for ``heldout``, ``fresh``, ``unseen``
+            and ``sealed``, 2 for ``smoke``).
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}")
@@ -283,9 +316,13 @@ def build_suite(split: str = "tune", *, per_class: int | None = None, healthy: i
         layouts, profiles, rates = HELDOUT_LAYOUTS, list(HELDOUT_PROFILES.values()), _HELDOUT_RATES
         per_class = 5 if per_class is None else per_class
         healthy = 16 if healthy is None else healthy
-    elif split == "unseen":
-        seed0 = UNSEEN_SEED
-        layouts, profiles, rates = UNSEEN_LAYOUTS, list(UNSEEN_PROFILES.values()), _UNSEEN_RATES
+    elif split in ("unseen", "sealed"):
+        if split == "unseen":
+            seed0 = UNSEEN_SEED
+            layouts, profiles, rates = UNSEEN_LAYOUTS, list(UNSEEN_PROFILES.values()), _UNSEEN_RATES
+        else:
+            seed0 = SEALED_SEED
+            layouts, profiles, rates = SEALED_LAYOUTS, list(SEALED_PROFILES.values()), _SEALED_RATES
         per_class = 5 if per_class is None else per_class
         healthy = 16 if healthy is None else healthy
     else:

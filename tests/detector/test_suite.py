@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rankwatch.sim.suite import HELDOUT_LAYOUTS, LAYOUTS, UNSEEN_LAYOUTS, build_suite
+from rankwatch.sim.suite import HELDOUT_LAYOUTS, LAYOUTS, SEALED_LAYOUTS, UNSEEN_LAYOUTS, build_suite
 
 
 def _seeds(split: str) -> set[int]:
@@ -12,18 +12,28 @@ def _seeds(split: str) -> set[int]:
 
 
 def test_splits_share_no_seed() -> None:
-    seeds = {split: _seeds(split) for split in ("tune", "heldout", "fresh", "unseen")}
+    seeds = {split: _seeds(split) for split in ("tune", "heldout", "fresh", "unseen", "sealed")}
     for a in seeds:
         for b in seeds:
             assert a == b or not seeds[a] & seeds[b], (a, b)
 
 
-def test_unseen_shares_no_layout_rate_or_profile_with_the_other_splits() -> None:
-    others = [sc for split in ("tune", "heldout", "fresh") for sc in build_suite(split)]
-    unseen = build_suite("unseen")
-    assert {sc.layout for sc in unseen} <= set(UNSEEN_LAYOUTS.values())
+@pytest.mark.parametrize(
+    ("split", "layouts", "before"),
+    [
+        ("unseen", UNSEEN_LAYOUTS, ("tune", "heldout", "fresh")),
+        ("sealed", SEALED_LAYOUTS, ("tune", "heldout", "fresh", "unseen")),
+    ],
+)
+def test_a_late_split_shares_no_layout_rate_or_profile_with_the_splits_before_it(
+    split: str, layouts: dict[str, object], before: tuple[str, ...]
+) -> None:
+    others = [sc for s in before for sc in build_suite(s)]
+    mine = build_suite(split)
+    assert {sc.layout for sc in mine} <= set(layouts.values())
+    assert len({sc.layout for sc in mine}) == len(layouts)  # every layout of its own is drawn
     for key in (lambda sc: sc.layout, lambda sc: sc.profile.name, lambda sc: sc.tags[2]):
-        assert not {key(sc) for sc in unseen} & {key(sc) for sc in others}
+        assert not {key(sc) for sc in mine} & {key(sc) for sc in others}
 
 
 def test_held_out_splits_use_layouts_never_tuned_on() -> None:
