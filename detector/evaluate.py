@@ -4,7 +4,10 @@ Each scenario's batches are fed to a fresh detector in the order the collector w
 them, and ``evaluate`` is called every ``eval_every`` seconds of simulated server time, as the
 collector's analysis loop does. A reported suspect is *right* when its kind, level and what it
 names (ranks for a rank, nodes for a node, the two nodes of a link) equal an injected fault's
-label and it appeared after that fault's onset; everything else it reports is a false suspect.
+label and it appeared after that fault's onset; everything else it reports is a false suspect. The
+label is the finest answer the timing evidence supports (``rankwatch.sim.evidence``): a slow NIC
+in a pure data-parallel ring is labelled as the ring's nodes, since every NIC on it slows the
+same ring alike.
 Per fault class the table gives precision, recall, detection latency (onset to the first right
 report: median and 95th percentile, over all detections and over those whose true job slowdown is
 at least 1.2x or that stop the job), and false suspects per simulated job-hour on healthy runs.
@@ -26,6 +29,7 @@ import numpy as np
 from rankwatch.detector.config import DetectorConfig
 from rankwatch.detector.finding import KINDS, Finding
 from rankwatch.detector.job import JobDetector
+from rankwatch.sim.evidence import expected_answer
 from rankwatch.sim.faults import Expected
 from rankwatch.sim.scenario import Scenario
 from rankwatch.sim.ship import deliveries
@@ -94,7 +98,7 @@ def run_scenario(
     """Run one scenario through a fresh detector and score what it reported."""
     det = JobDetector(config)
     lay = sc.layout
-    expected = [f.expected(lay.gpus_per_node, lay.world) for f in sc.faults]
+    expected = [expected_answer(f, lay) for f in sc.faults]
     reported: dict[str, Reported] = {}
     sample: list[dict[str, Any]] = []
     cpu0 = time.process_time()

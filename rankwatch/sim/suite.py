@@ -16,9 +16,12 @@ second) and jitter profiles (``SEALED_PROFILES``) of its own; it is run only for
 and its misses are not read to change the detector. ``smoke`` is a few seconds' worth for tests
 and demos.
 
-Each fault is placed where the topology lets the evidence tell it apart (a NIC on a node that
-talks to at least two other nodes, a link between pipeline neighbours, a GPU's NIC on a rank with
-traffic to two other ranks), so the expected answer is the finest level the evidence supports.
+Each fault is placed where the topology should let the evidence tell it apart (a NIC on a node
+that talks to at least two other nodes, a link between pipeline neighbours, a GPU's NIC on a rank
+with traffic to two other ranks). That rule is coarse (it counts a ring's two neighbours on one
+channel as two partners, and a pipeline group as a ring), so the evaluation does not take the
+place as the answer: ``rankwatch.sim.evidence.expected_answer`` derives the finest answer the
+evidence supports from the channels each place lies on.
 Communication *hangs* are injected on pipeline links and on a node's NVLink only: when a NIC dies,
 its node's ranks freeze in whichever transfer they were in, so the stuck evidence names that one
 link (or, for a ring collective over many nodes, the whole ring) — see docs/detector.md.

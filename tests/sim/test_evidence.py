@@ -1,0 +1,43 @@
+"""The evaluation expects the finest answer the timing evidence supports, derived from the channels alone."""
+
+from __future__ import annotations
+
+from rankwatch.sim.evidence import expected_answer, signature
+from rankwatch.sim.faults import Fault
+from rankwatch.sim.layout import Layout
+
+
+def _names(*nodes: int) -> tuple[str, ...]:
+    return tuple(f"node{n:05d}" for n in nodes)
+
+
+def test_a_slow_nic_in_a_pure_data_parallel_ring_is_answered_as_the_ring_s_nodes() -> None:
+    lay = Layout(tp=1, pp=1, dp=32)
+    f = Fault("slow_comm", "nic", nodes=(3,), factor=2.0, onset=20.0)
+    # the one ring crosses every NIC and every link between neighbours: same channels for all
+    assert signature(f, lay) == signature(Fault("slow_comm", "nic", nodes=(0,), factor=2.0, onset=20.0), lay)
+    e = expected_answer(f, lay)
+    assert (e.kind, e.level, e.nodes) == ("comm_slow", "node", _names(0, 1, 2, 3))
+    assert e.ranks == tuple(range(32))
+
+
+def test_a_nic_whose_node_talks_to_one_other_node_is_answered_as_that_link() -> None:
+    lay = Layout(tp=2, pp=4, dp=4)  # a node is a pipeline stage; the last talks only to the one before
+    e = expected_answer(Fault("slow_comm", "nic", nodes=(3,), factor=2.0, onset=20.0), lay)
+    assert (e.level, e.link) == ("link", _names(2, 3))
+
+
+def test_a_slow_gpu_nic_on_a_rail_is_answered_as_its_ring_s_nodes() -> None:
+    lay = Layout(tp=8, pp=1, dp=8)  # rank 45's only inter-node traffic is its data-parallel ring
+    e = expected_answer(Fault("slow_comm", "rnic", ranks=(45,), factor=2.0, onset=20.0), lay)
+    assert (e.level, e.nodes) == ("node", _names(*range(8)))
+
+
+def test_a_place_with_evidence_of_its_own_keeps_its_own_answer() -> None:
+    lay = Layout(tp=8, pp=4, dp=4)  # 16 nodes: a node's NIC carries its stage's ring and two pipeline links
+    nic = Fault("slow_comm", "nic", nodes=(5,), factor=2.0, onset=20.0)
+    assert expected_answer(nic, lay) == nic.expected(lay.gpus_per_node, lay.world)
+    link = Fault("slow_comm", "link", nodes=(1, 5), factor=3.0, onset=20.0)
+    assert expected_answer(link, lay) == link.expected(lay.gpus_per_node, lay.world)
+    straggler = Fault("slow_compute", "rank", ranks=(3,), factor=1.5, onset=20.0)
+    assert expected_answer(straggler, lay) == straggler.expected(lay.gpus_per_node, lay.world)
