@@ -48,6 +48,20 @@ class DetectorConfig:
     uneven steps a rank is late by 10-20% for a step or two by chance, a real straggler is late in
     every step, and the latency target is for slowdowns of 1.2x and worse."""
     mild_slowdown: float = 1.2
+    stage_in_drop: float = 0.02
+    """A node that is a pipeline stage is slow when its ranks' share of wall-clock inside ops
+    dropped by this much more than the other nodes' did (mean over its ranks against their usual,
+    smoothed over ``stage_tau_s``)..."""
+    stage_late_z: float = 0.15
+    """...its ranks are later at their point-to-point channels to other nodes than is usual for
+    the node, by this many of those channels' thresholds on average (usual: learned over
+    ``stage_usual_s`` while the test is not met)..."""
+    stage_noise_k: float = 2.0
+    """...both by at least this many times their own usual fluctuation (learned alike)..."""
+    stage_hold_s: float = 6.0
+    """...and both have held this long (a healthy pipeline's stages swing for a few seconds)."""
+    stage_tau_s: float = 3.0
+    stage_usual_s: float = 30.0
     link_hold_s: float = 3.0
     """A slow link that one of its nodes' NICs explains as well is held this much longer first."""
     release_s: float = 6.0

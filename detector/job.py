@@ -778,7 +778,9 @@ class JobDetector:
         mild_w = 1.0 - 1.0 / cfg.mild_slowdown  # the share of wall-clock that slowdown costs
         imposed = {r: self._imposed(r) for r in roots}
         confirmed = [
-            r for r in roots if now - self._rank_hot[r] >= (cfg.hold_s if imposed[r] >= mild_w else cfg.mild_hold_s)
+            r
+            for r in roots
+            if roots[r].held or now - self._rank_hot[r] >= (cfg.hold_s if imposed[r] >= mild_w else cfg.mild_hold_s)
         ]
         nodes, singles = self._node_groups(sorted(roots))
         # a node already reported keeps every root on it (its ranks flicker in and out of the evidence)

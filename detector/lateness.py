@@ -45,6 +45,7 @@ class Straggler:
     threshold: float
     slots: list[int] = field(default_factory=list)
     onset: float = float("nan")
+    held: bool = False  # it has already held its own test's hold (a slow pipeline stage)
 
 
 def _median_taken(x: np.ndarray, cnt: np.ndarray) -> np.ndarray:
@@ -109,6 +110,11 @@ class LatenessTracker:
         self.ex_late = np.zeros(0)
         self.ex_dur = np.zeros(0)
         self.thr = np.zeros(0)
+        self.stage_run = np.zeros(0)  # per node: seconds its slow-stage evidence has held
+        self.stage_z = np.full(0, np.nan)  # per node: change of its share inside ops against the other nodes'
+        self.stage_late = np.full(0, np.nan)  # per node: usual lateness at its cross-node point-to-point channels
+        self.stage_age = np.zeros(0)
+        self.stage_var = np.zeros((0, 2))  # per node: usual spread of the two (share drop, lateness)
 
     def reset(self) -> None:
         self.__init__(self.cfg)  # type: ignore[misc]
@@ -407,7 +413,9 @@ class LatenessTracker:
         self.thr = thr
         wd, wo = self._ring_sum(self.bd, n), self._ring_sum(self.bo, n)
         extra = self._learn_extra(now, dt, topo, wd, wo, rate, has)
-        return self._roots(hot, topo, frozen_ch, ch_excess, wo, extra)
+        out = self._roots(hot, topo, frozen_ch, ch_excess, wo, extra)
+        self._slow_stages(dt, topo, out, frozen_ch, keep)
+        return out
 
     def _learn_extra(
         self,
@@ -480,6 +488,104 @@ class LatenessTracker:
         usual[upd] += a[upd] * (extra[upd] - usual[upd])
         age[learn] += dt
         return np.where(p2p, np.clip(extra - np.nan_to_num(usual, nan=0.0), 0.0, None), extra)
+
+    def _slow_stages(
+        self, dt: float, topo: Topology, out: dict[int, Straggler], frozen_ch: np.ndarray | None, keep: set[int]
+    ) -> None:
+        """A slow node that is a whole pipeline stage: its ranks become roots (added to ``out``).
+
+        Its ranks are slow together, so no group they share has a late member and the rank
+        test above sees nothing; the stages next to it wait for it at their sends and receives.
+        What shows is the causal pair: the node's ranks spend a smaller share of their time
+        inside ops than usual, by more than the other nodes' ranks do (those wait more), and they
+        are later than usual at their point-to-point channels to other nodes. Each is judged
+        against its own usual spread and both must hold ``stage_hold_s``. A node with a rank
+        already found on its own is left to that rank, and one whose ranks use a channel with slow
+        transfers to the transfer analysis (a slow link shifts both signs the same way). A node
+        already reported (``keep``) learns nothing and stays on half the evidence, as slots do.
+        """
+        cfg = self.cfg
+        n = topo.n_slots
+        n_nodes = len(topo.node_names)
+        self.stage_run = _grow(self.stage_run, n_nodes, 0.0)
+        self.stage_z = _grow(self.stage_z, n_nodes, np.nan)
+        self.stage_late = _grow(self.stage_late, n_nodes, np.nan)
+        self.stage_age = _grow(self.stage_age, n_nodes, 0.0)
+        self.stage_var = _grow(self.stage_var, n_nodes, 0.0)
+        var = self.stage_var[:n_nodes]
+        run, zs = self.stage_run[:n_nodes], self.stage_z[:n_nodes]
+        usual, age = self.stage_late[:n_nodes], self.stage_age[:n_nodes]
+        node_of = topo.node_of[: topo.world]
+        p2p = (topo.ch_parent[topo.slot_ch[:n]] >= 0) & topo.ch_cross_node()[topo.slot_ch[:n]]
+        p2p &= node_of[topo.slot_rank[:n]] >= 0
+        if n_nodes < 2 or not p2p.any() or self.d_in.shape[0] < topo.world:
+            run[:] = 0.0
+            return
+        d_in = self.d_in[: topo.world]
+        ok = np.isfinite(d_in) & (node_of >= 0)
+        cnt = np.bincount(node_of[ok], minlength=n_nodes)
+        mean_in = np.bincount(node_of[ok], d_in[ok], n_nodes) / np.maximum(cnt, 1)
+        mean_in[cnt == 0] = np.nan
+        # against the other nodes: their median (the whole job's, when there are many)
+        if n_nodes <= 64:
+            others = np.array(
+                [
+                    np.nanmedian(x) if np.isfinite(x).any() else np.nan
+                    for x in (np.delete(mean_in, i) for i in range(n_nodes))
+                ]
+            )
+        else:
+            others = np.full(n_nodes, np.nanmedian(mean_in) if np.isfinite(mean_in).any() else np.nan)
+        z_in = np.nan_to_num(mean_in - others, nan=0.0)
+        zs[:] = np.where(np.isnan(zs), z_in, zs + min(1.0, dt / cfg.stage_tau_s) * (z_in - np.nan_to_num(zs)))
+        sl = np.flatnonzero(p2p)
+        z_late = np.clip(np.nan_to_num(self.ex_late[sl] / np.maximum(self.thr[sl], 1e-12), nan=0.0), -2.0, 4.0)
+        slot_node = node_of[topo.slot_rank[sl]]
+        n_p2p = np.bincount(slot_node, minlength=n_nodes)
+        late = np.bincount(slot_node, z_late, n_nodes) / np.maximum(n_p2p, 1)
+        found = np.zeros(n_nodes, bool)
+        if out:
+            found[node_of[np.fromiter(out, np.int64, len(out))]] = True
+        if frozen_ch is not None and frozen_ch.shape[0]:
+            on_slow = frozen_ch[topo.slot_ch[:n]] & (node_of[topo.slot_rank[:n]] >= 0)
+            found[np.unique(node_of[topo.slot_rank[:n][on_slow]])] = True
+        kept = np.zeros(n_nodes, bool)
+        if keep:
+            kr = np.fromiter(keep, np.int64, len(keep))
+            kn = node_of[kr[(kr >= 0) & (kr < topo.world)]]
+            kept[kn[kn >= 0]] = True
+        held = kept & (run >= cfg.stage_hold_s)  # reported as a slow stage, not for one of its ranks
+        usual[:] = np.where(np.isnan(usual), late, usual)
+        d_late = late - usual
+        # the spread of the share's drop is taken around zero: it is a difference between nodes already
+        sd = np.sqrt(var)
+        k = np.where(held, 0.5, 1.0) * cfg.stage_noise_k
+        floor = np.where(held, 0.5, 1.0)
+        cond = (n_p2p > 0) & ~found & (age >= cfg.baseline_warm_s)
+        cond &= zs < -np.fmax(floor * cfg.stage_in_drop, k * sd[:, 0])
+        cond &= d_late > np.fmax(floor * cfg.stage_late_z, k * sd[:, 1])
+        learn = (n_p2p > 0) & ~cond & (run == 0) & ~found & ~kept
+        a = dt / np.maximum(np.minimum(age + dt, cfg.stage_usual_s), 1e-9)
+        usual[learn] += a[learn] * d_late[learn]
+        for j, x in enumerate((zs, d_late)):
+            var[learn, j] = (1.0 - a[learn]) * (var[learn, j] + a[learn] * x[learn] ** 2)
+        age[learn] += dt
+        run[:] = np.where(cond, run + dt, 0.0)
+        for node in np.flatnonzero(run >= cfg.stage_hold_s).tolist():
+            mine = sl[slot_node == node]
+            for r in np.unique(topo.slot_rank[mine]).tolist():
+                slots = mine[topo.slot_rank[mine] == r]
+                ex = np.nan_to_num(self.ex_late[slots], nan=0.0)
+                best = int(np.argmax(ex))
+                st = Straggler(
+                    rank=int(r),
+                    excess=float(ex[best]),
+                    threshold=float(self.thr[slots[best]]),
+                    onset=float(np.nanmin(self.onset[slots])) if np.isfinite(self.onset[slots]).any() else np.nan,
+                    held=True,
+                )
+                st.slots.extend(slots[ex > 0].tolist() or [int(slots[best])])
+                out.setdefault(int(r), st)
 
     def _weight(self, age: np.ndarray, dt: float) -> np.ndarray:
         """Weight of a new sample in a baseline ``age`` seconds old: a running average while it

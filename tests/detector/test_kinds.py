@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rankwatch.sim import Fault, Layout
 
 TP4DP4 = Layout(tp=4, pp=1, dp=4)  # 16 ranks on 2 nodes: every data-parallel group is half on each
@@ -40,6 +42,20 @@ def test_straggler_in_a_deep_pipeline(run) -> None:  # type: ignore[no-untyped-d
     # sign that the straggler (stage 1 of replica 1) waited on somebody else
     res = run(TP2PP4DP4, Fault("slow_compute", "rank", ranks=(11,), factor=1.5, onset=20.0), rate=30.0)
     _only(res, "noncomm_slow:rank:11")
+
+
+@pytest.mark.parametrize(("node", "factor", "profile", "rate"), [(0, 1.5, "cpu_noise", 100.0), (2, 1.3, "quiet", 30.0)])
+def test_slow_node_that_is_a_pipeline_stage(run, node: int, factor: float, profile: str, rate: float) -> None:  # type: ignore[no-untyped-def]
+    # the node's ranks are slow together: no group they share has a late member, only the stages
+    # next to it wait at their sends and receives, and the node's own share of time inside ops drops
+    res = run(
+        TP2PP4DP4,
+        Fault("slow_compute", "node", nodes=(node,), factor=factor, onset=20.0),
+        rate=rate,
+        profile=profile,
+    )
+    _only(res, f"noncomm_slow:node:node0000{node}")
+    assert res.latency[0] < 20.0
 
 
 def test_slow_link(run) -> None:  # type: ignore[no-untyped-def]
