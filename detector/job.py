@@ -757,6 +757,14 @@ class JobDetector:
     def _culprit_ev(self, cul: Culprit) -> dict[str, Any]:
         topo = self.topo
         ev: dict[str, Any] = {"places": [list(p) for p in cul.places[:16]], "ambiguous": cul.ambiguous}
+        if cul.ambiguous:
+            # what on-call does next: timings cannot split these places, a pairwise test can
+            names = sorted(topo.node_names[n] for n in cul.nodes)
+            ev["next_step"] = (
+                f"these {len(cul.places)} places carry the same slow traffic, so timings cannot tell them apart: "
+                f"measure point-to-point bandwidth between pairs of {', '.join(names[:8])}"
+                f"{' ...' if len(names) > 8 else ''} (e.g. nccl-tests sendrecv_perf) to find the slow one"
+            )
         cells = []
         for ch in cul.channels:
             if int(topo.ch_parent[ch]) >= 0:

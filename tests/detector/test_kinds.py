@@ -70,6 +70,15 @@ def test_slow_nic_is_the_node(run) -> None:  # type: ignore[no-untyped-def]
     _only(res, "comm_slow:node:node00002")
 
 
+def test_slow_nic_on_one_data_parallel_ring_names_the_ring_and_says_how_to_bisect(run) -> None:  # type: ignore[no-untyped-def]
+    # every NIC and link on the one ring slows the same transfers: nothing in the timings splits them
+    res = run(Layout(tp=1, pp=1, dp=32), Fault("slow_comm", "nic", nodes=(2,), factor=3.0, onset=20.0), rate=50.0)
+    _only(res, "comm_slow:node:node00000+node00001+node00002+node00003")
+    ev = res.findings_sample[0]["evidence"]
+    assert ev["ambiguous"] is True
+    assert "node00002" in ev["next_step"] and "sendrecv_perf" in ev["next_step"]
+
+
 def test_slow_gpu_nic_is_the_rank(run) -> None:  # type: ignore[no-untyped-def]
     res = run(TP8PP2DP2, Fault("slow_comm", "rnic", ranks=(5,), factor=3.0, onset=20.0))
     _only(res, "comm_slow:rank:5")
