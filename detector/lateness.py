@@ -516,8 +516,8 @@ class LatenessTracker:
         run, zs = self.stage_run[:n_nodes], self.stage_z[:n_nodes]
         usual, age = self.stage_late[:n_nodes], self.stage_age[:n_nodes]
         node_of = topo.node_of[: topo.world]
-        p2p = (topo.ch_parent[topo.slot_ch[:n]] >= 0) & topo.ch_cross_node()[topo.slot_ch[:n]]
-        p2p &= node_of[topo.slot_rank[:n]] >= 0
+        slot_node = node_of[topo.slot_rank[:n]]  # per slot: its rank's node (-1: not known yet)
+        p2p = (topo.ch_parent[topo.slot_ch[:n]] >= 0) & topo.ch_cross_node()[topo.slot_ch[:n]] & (slot_node >= 0)
         if n_nodes < 2 or not p2p.any() or self.d_in.shape[0] < topo.world:
             run[:] = 0.0
             return
@@ -540,15 +540,15 @@ class LatenessTracker:
         zs[:] = np.where(np.isnan(zs), z_in, zs + min(1.0, dt / cfg.stage_tau_s) * (z_in - np.nan_to_num(zs)))
         sl = np.flatnonzero(p2p)
         z_late = np.clip(np.nan_to_num(self.ex_late[sl] / np.maximum(self.thr[sl], 1e-12), nan=0.0), -2.0, 4.0)
-        slot_node = node_of[topo.slot_rank[sl]]
-        n_p2p = np.bincount(slot_node, minlength=n_nodes)
-        late = np.bincount(slot_node, z_late, n_nodes) / np.maximum(n_p2p, 1)
+        p2p_node = slot_node[sl]
+        n_p2p = np.bincount(p2p_node, minlength=n_nodes)
+        late = np.bincount(p2p_node, z_late, n_nodes) / np.maximum(n_p2p, 1)
         found = np.zeros(n_nodes, bool)
         if out:
-            found[node_of[np.fromiter(out, np.int64, len(out))]] = True
+            on = node_of[np.fromiter(out, np.int64, len(out))]
+            found[on[on >= 0]] = True
         if frozen_ch is not None and frozen_ch.shape[0]:
-            on_slow = frozen_ch[topo.slot_ch[:n]] & (node_of[topo.slot_rank[:n]] >= 0)
-            found[np.unique(node_of[topo.slot_rank[:n][on_slow]])] = True
+            found[np.unique(slot_node[frozen_ch[topo.slot_ch[:n]] & (slot_node >= 0)])] = True
         kept = np.zeros(n_nodes, bool)
         if keep:
             kr = np.fromiter(keep, np.int64, len(keep))
@@ -572,7 +572,7 @@ class LatenessTracker:
         age[learn] += dt
         run[:] = np.where(cond, run + dt, 0.0)
         for node in np.flatnonzero(run >= cfg.stage_hold_s).tolist():
-            mine = sl[slot_node == node]
+            mine = sl[p2p_node == node]
             for r in np.unique(topo.slot_rank[mine]).tolist():
                 slots = mine[topo.slot_rank[mine] == r]
                 ex = np.nan_to_num(self.ex_late[slots], nan=0.0)
