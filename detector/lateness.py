@@ -177,44 +177,29 @@ class LatenessTracker:
         ids = np.floor(t / cfg.bucket_s).astype(np.int64)
         top = int(ids.max())
         cur = int(self.bid.max())
-        for b in range(max(cur + 1, top - _K + 1), top + 1):
-            p = b % _K
-            for arr in (self.bl, self.bd, self.bo):
-                arr[: self.n, p] = 0.0  # rows past the slots in use were never written
-            self.bid[p] = b
-        st_slot, late, dur, cnt = st.slot, st.late, st.dur, st.cnt
-        if spread:
-            # a block longer than a bucket (ranks' own blocks may span 64 ops) is spread over the
-            # buckets it covers, in proportion to time: all in its last bucket, it would leave most
-            # of the ring empty and its slot never judged
-            t0 = np.minimum(st.t0, t)
-            span = t - t0
-            long = span > cfg.bucket_s
-            if long.any():
-                k = np.where(long, np.minimum(ids - np.floor(t0 / cfg.bucket_s).astype(np.int64), _K - 1) + 1, 1)
-                rep = np.repeat(np.arange(k.shape[0]), k)
-                b = ids[rep] - (np.arange(rep.shape[0]) - np.repeat(np.cumsum(k) - k, k))
-                lo = np.maximum(t0[rep], b * cfg.bucket_s)
-                hi = np.minimum(t[rep], (b + 1) * cfg.bucket_s)
-                w = np.where(long[rep], np.clip(hi - lo, 0.0, None) / np.maximum(span[rep], 1e-12), 1.0)
-                st_slot, ids = st_slot[rep], b
-                late, dur, cnt = late[rep] * w, dur[rep] * w, cnt[rep] * w
-        pos = ids % _K
-        keep = self.bid[pos] == ids  # drop blocks older than the ring
-        if not keep.all():
-            st_slot, pos, ids = st_slot[keep], pos[keep], ids[keep]
-            late, dur, cnt = late[keep], dur[keep], cnt[keep]
-        flat = st_slot * _K + pos
-        size = self.bl.shape[0] * _K
-        # few rows, or a big ring (a 100k-rank job's, with long blocks spread): adding at the rows
-        # beats a pass over the whole ring
-        sparse = flat.shape[0] * 8 < size or size >= 1 << 20
-        for arr, x in ((self.bl, late), (self.bd, dur), (self.bo, cnt)):
-            if sparse:  # a big job: touch only the rows that came in
-                np.add.at(arr.reshape(-1), flat, x.astype(np.float32))
-            else:
-                arr.reshape(-1)[:] += np.bincount(flat, x, size).astype(np.float32)
-        np.maximum.at(self.last_bid, st_slot, ids)
+        new_b = np.arange(max(cur + 1, top - _K + 1), top + 1)
+        if new_b.shape[0]:
+            # the ring positions these buckets take, emptied a run of adjacent columns at a time
+            # (one pass over a big job's ring, not one per bucket); rows past the slots in use were
+            # never written
+            p = new_b % _K
+            for run in np.split(p, np.flatnonzero(np.diff(p) != 1) + 1):
+                for arr in (self.bl, self.bd, self.bo):
+                    arr[: self.n, run[0] : run[-1] + 1] = 0.0
+            self.bid[p] = new_b
+        # rows per slot in this update: a slot with one row (the usual case) touches each of its
+        # ring cells at most once, and those are added at once; ``np.add.at`` (slow) is left for
+        # the cells of slots with several rows
+        per_slot = np.bincount(st.slot, minlength=self.ncells.shape[0])
+        t0 = np.minimum(st.t0, t) if spread else t
+        # a block of rows at a time: the same arithmetic, but its intermediates stay in cache
+        for lo in range(0, t.shape[0], _ROWS):
+            r = slice(lo, lo + _ROWS)
+            self._add_rows(st.slot[r], ids[r], t0[r], t[r], st.late[r], st.dur[r], st.cnt[r], per_slot, spread)
+        # each row's newest bucket is its slot's newest (a row whose newest is older than the ring
+        # has no bucket in it)
+        in_ring = self.bid[ids % _K] == ids
+        np.maximum.at(self.last_bid, st.slot[in_ring], ids[in_ring])
         unseen = np.isnan(self.first_data[st.slot])
         if unseen.any():
             first = self.first_data
@@ -239,7 +224,7 @@ class LatenessTracker:
             a = np.where(d < 0, np.maximum(5.0 * up, 0.2), up)
             new = np.where(fresh, x, base + np.minimum(a, 1.0) * d)
             np.put(self.base_dur, sl_, new)  # several blocks of one slot: the last one stands
-        np.add.at(self.ncells, st.slot, 1.0)
+        self.ncells[: per_slot.shape[0]] += per_slot
         # where a streak of being late starts: the earliest late block after a quiet spell
         fl = np.flatnonzero(st.lateflag)
         if fl.shape[0]:
@@ -249,6 +234,64 @@ class LatenessTracker:
             quiet = ~self.hot[slots] | np.isnan(self.onset[slots])
             self.onset[slots[quiet]] = st.t[idx[quiet]]
             self.onset_seq[slots[quiet]] = seq_lo[idx[quiet]]
+
+    def _add_rows(
+        self,
+        st_slot: np.ndarray,
+        ids: np.ndarray,
+        t0: np.ndarray,
+        t: np.ndarray,
+        late: np.ndarray,
+        dur: np.ndarray,
+        cnt: np.ndarray,
+        per_slot: np.ndarray,
+        spread: bool,
+    ) -> None:
+        """Add blocks (their slot, newest bucket id, first and last op time, sums) into the ring."""
+        cfg = self.cfg
+        if spread:
+            # a block longer than a bucket (ranks' own blocks may span 64 ops) is spread over the
+            # buckets it covers, in proportion to time: all in its last bucket, it would leave most
+            # of the ring empty and its slot never judged
+            span = t - t0
+            long = span > cfg.bucket_s
+            if long.any():
+                k = np.where(long, np.minimum(ids - np.floor(t0 / cfg.bucket_s).astype(np.int64), _K - 1) + 1, 1)
+                # row by row, its buckets newest first: one row of a (rows, most buckets) table
+                # each, the cells past a row's own count masked out
+                back = np.arange(int(k.max()))
+                b2 = ids[:, None] - back
+                lo = np.maximum(t0[:, None], b2 * cfg.bucket_s)
+                hi = np.minimum(t[:, None], (b2 + 1) * cfg.bucket_s)
+                w2 = np.where(long[:, None], np.clip(hi - lo, 0.0, None) / np.maximum(span, 1e-12)[:, None], 1.0)
+                cover = back < k[:, None]
+                st_slot = np.broadcast_to(st_slot[:, None], cover.shape)[cover]
+                ids = b2[cover]
+                w = w2[cover]
+                late = np.broadcast_to(late[:, None], cover.shape)[cover] * w
+                dur = np.broadcast_to(dur[:, None], cover.shape)[cover] * w
+                cnt = np.broadcast_to(cnt[:, None], cover.shape)[cover] * w
+        pos = ids % _K
+        keep = self.bid[pos] == ids  # drop blocks older than the ring
+        if not keep.all():
+            st_slot, pos = st_slot[keep], pos[keep]
+            late, dur, cnt = late[keep], dur[keep], cnt[keep]
+        flat = st_slot * _K + pos
+        size = self.bl.shape[0] * _K
+        # few rows, or a big ring (a 100k-rank job's, with long blocks spread): adding at the rows
+        # beats a pass over the whole ring
+        if flat.shape[0] * 8 < size or size >= 1 << 20:
+            once = per_slot[st_slot] == 1
+            one, many = (slice(None), None) if once.all() else (once, ~once)
+            f1 = flat[one]
+            for arr, x in ((self.bl, late), (self.bd, dur), (self.bo, cnt)):
+                a = arr.reshape(-1)
+                a[f1] += x[one].astype(np.float32)
+                if many is not None:
+                    np.add.at(a, flat[many], x[many].astype(np.float32))
+        else:
+            for arr, x in ((self.bl, late), (self.bd, dur), (self.bo, cnt)):
+                arr.reshape(-1)[:] += np.bincount(flat, x, size).astype(np.float32)
 
     def _recent(self, now: float, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per slot: median per-op lateness and time inside over its recent buckets, and their count."""

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from rankwatch.detector import DetectorConfig
+from rankwatch.detector import lateness as lateness_mod
 from rankwatch.detector import topology as topology_mod
-from rankwatch.detector.job import _max_per, _raise_to
+from rankwatch.detector.cells import CellStats
 from rankwatch.detector.lateness import LatenessTracker
 from rankwatch.detector.topology import Topology
 from rankwatch.detector.transfer import TransferTracker
@@ -53,19 +54,76 @@ def test_slot_lookup_by_rank_table_matches_the_search(monkeypatch: pytest.Monkey
     assert np.array_equal(topo.slot_ch[fast[hit]], ch[hit])
 
 
-def test_raise_to_is_maximum_at() -> None:
-    rng = np.random.default_rng(4)
-    for dtype in (np.int64, np.float64):
-        a = rng.integers(0, 50, 40).astype(dtype)
-        idx = rng.integers(0, 40, 300)
-        v = rng.integers(0, 60, 300).astype(dtype)
-        if dtype is np.float64:
-            v[7] = np.nan
-        want = a.copy()
-        with np.errstate(invalid="ignore"):
-            np.maximum.at(want, idx, v)
-            _raise_to(a, *_max_per(idx, v))
-        assert np.array_equal(a, want, equal_nan=True)
+def _stats(rng: np.random.Generator, n_rows: int, n_slots: int, t_hi: float, slot_pool: int) -> CellStats:
+    """Rows of blocks: some slots with several rows, blocks from a fraction of a bucket to several."""
+    t = np.sort(rng.uniform(t_hi - 3.0, t_hi, n_rows))
+    span = rng.choice([0.05, 0.3, 0.9, 1.7, 6.0], n_rows) * rng.uniform(0.5, 1.0, n_rows)
+    cnt = rng.integers(1, 64, n_rows).astype(np.float64)
+    z = np.zeros(n_rows)
+    return CellStats(
+        slot=rng.integers(0, min(slot_pool, n_slots), n_rows),
+        cell=np.arange(n_rows),
+        cnt=cnt,
+        mean=z,
+        late=rng.exponential(0.01, n_rows) * cnt,
+        wait=z,
+        dur=rng.exponential(0.02, n_rows) * cnt,
+        lateflag=rng.random(n_rows) < 0.3,
+        t=t,
+        t0=t - span,
+        c_ch=np.zeros(n_rows, np.int64),
+        c_cls=np.zeros(n_rows, np.int64),
+        c_cnt=cnt,
+        c_transfer=z,
+        c_max=z,
+        c_t=t,
+        c_n=np.full(n_rows, 2),
+    )
+
+
+@pytest.mark.parametrize("n_rows, slot_pool, chunk", [(40, 10_000, 16384), (400, 50, 16384), (3000, 20_000, 7)])
+def test_ring_adds_match_a_block_by_block_sum(
+    monkeypatch: pytest.MonkeyPatch, n_rows: int, slot_pool: int, chunk: int
+) -> None:
+    """Blocks spread over the buckets they cover, added row block by row block (slots with one row
+    at once, slots with several one by one): the ring holds each (slot, bucket)'s plain sum."""
+    monkeypatch.setattr(lateness_mod, "_ROWS", chunk)
+    cfg = DetectorConfig()
+    rng = np.random.default_rng(n_rows)
+    n_slots, k = 20_000, lateness_mod._K
+    tr = LatenessTracker(cfg)
+    want: dict[tuple[int, int], np.ndarray] = {}
+    for now in (10.0, 11.3, 12.1):
+        st = _stats(rng, n_rows, n_slots, now, slot_pool)
+        tr.update(now, st, np.zeros(n_rows, np.int64), n_slots, 1, np.zeros(n_rows, np.int64), None, spread=True)
+        for i in range(n_rows):
+            t = min(float(st.t[i]), now)
+            t0 = min(float(st.t0[i]), t)
+            top = int(np.floor(t / cfg.bucket_s))
+            n_b = min(top - int(np.floor(t0 / cfg.bucket_s)), k - 1) + 1 if t - t0 > cfg.bucket_s else 1
+            for j in range(n_b):
+                b = top - j
+                lo, hi = max(t0, b * cfg.bucket_s), min(t, (b + 1) * cfg.bucket_s)
+                w = max(hi - lo, 0.0) / max(t - t0, 1e-12) if n_b > 1 else 1.0
+                x = np.array([st.late[i], st.dur[i], st.cnt[i]]) * w
+                key = (int(st.slot[i]), b)
+                want[key] = want.get(key, np.zeros(3)) + x
+    held = 0
+    for p in range(k):
+        b = int(tr.bid[p])
+        got = np.stack([tr.bl[:n_slots, p], tr.bd[:n_slots, p], tr.bo[:n_slots, p]], axis=1)
+        exp = np.zeros((n_slots, 3))
+        for (slot, bb), x in want.items():
+            if bb == b:
+                exp[slot] = x
+                held += 1
+        np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-7)
+    assert held > n_rows // 2  # most of what came in is still in the ring
+    last = {}
+    for slot, b in want:
+        if b >= int(tr.bid.max()) - k + 1:
+            last[slot] = max(last.get(slot, b), b)
+    assert all(int(tr.last_bid[s]) == b for s, b in last.items())
 
 
 def test_lower_median_by_channel_size_matches_a_sort() -> None:
