@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rankwatch.detector.evaluate import ScenarioResult, evaluate_suite
+from rankwatch.detector.evaluate import EVAL_EVERY_S, ScenarioResult, evaluate_suite
 from rankwatch.sim.suite import SPLITS
 
 
@@ -18,7 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", default="tune", choices=SPLITS)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--only", default=None, help="run only scenarios whose name contains this")
-    ap.add_argument("--eval-every", type=float, default=1.0)
+    ap.add_argument(
+        "--eval-every", type=float, default=EVAL_EVERY_S, help="seconds between analyses (default: the collector's)"
+    )
     ap.add_argument("--misses", action="store_true", help="list scenarios with a miss or a false suspect")
     ap.add_argument("--verbose", "-v", action="store_true")
     args = ap.parse_args(argv)

@@ -55,3 +55,10 @@ def test_fresh_is_not_heldout_again() -> None:
 def test_unknown_split_is_refused() -> None:
     with pytest.raises(ValueError, match="split must be one of"):
         build_suite("everything")
+
+
+def test_the_evaluation_analyses_as_often_as_the_collector() -> None:
+    from rankwatch.collector.settings import Settings
+    from rankwatch.detector.evaluate import EVAL_EVERY_S
+
+    assert Settings.model_fields["analysis_interval_s"].default == EVAL_EVERY_S
