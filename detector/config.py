@@ -48,9 +48,6 @@ class DetectorConfig:
     uneven steps a rank is late by 10-20% for a step or two by chance, a real straggler is late in
     every step, and the latency target is for slowdowns of 1.2x and worse."""
     mild_slowdown: float = 1.2
-    hold_gap_s: float = 2.0
-    """A rank's hold goes on through analyses where it is not a root for up to this long (one near
-    its threshold flickers: at a 0.5 s cadence it would never hold four seconds on end)."""
     stage_in_drop: float = 0.02
     """A node that is a pipeline stage is slow when its ranks' share of wall-clock inside ops
     dropped by this much more than the other nodes' did (mean over its ranks against their usual,

@@ -170,7 +170,7 @@ class JobDetector:
         self._slow_cands: dict[str, Finding] = {}
         self._restart = -1
         self._tracks: dict[str, _Track] = {}
-        self._rank_hot: dict[int, list[float]] = {}  # rank -> [first, last] time it was a root
+        self._rank_hot: dict[int, float] = {}
         self._ch_slow: dict[int, float] = {}
         self.batches = 0
         self.rows = 0
@@ -781,13 +781,11 @@ class JobDetector:
 
     def _straggler_findings(self, now: float, roots: dict[int, Straggler], cands: dict[str, Finding]) -> None:
         cfg, topo, late = self.cfg, self.topo, self.late
-        # a rank near its threshold drops out of the roots for an analysis or two now and then:
-        # its hold goes on through gaps of up to ``hold_gap_s`` (it must be a root when confirmed)
         for r in list(self._rank_hot):
-            if r not in roots and now - self._rank_hot[r][1] > cfg.hold_gap_s:
+            if r not in roots:
                 del self._rank_hot[r]
         for r in roots:
-            self._rank_hot.setdefault(r, [now, now])[1] = now
+            self._rank_hot.setdefault(r, now)
         if not roots:
             return
         mild_w = 1.0 - 1.0 / cfg.mild_slowdown  # the share of wall-clock that slowdown costs
@@ -795,7 +793,7 @@ class JobDetector:
         confirmed = [
             r
             for r in roots
-            if roots[r].held or now - self._rank_hot[r][0] >= (cfg.hold_s if imposed[r] >= mild_w else cfg.mild_hold_s)
+            if roots[r].held or now - self._rank_hot[r] >= (cfg.hold_s if imposed[r] >= mild_w else cfg.mild_hold_s)
         ]
         nodes, singles = self._node_groups(sorted(roots))
         # a node already reported keeps every root on it (its ranks flicker in and out of the evidence)

@@ -24,7 +24,6 @@ def run() -> Run:
         duration: float = 45.0,
         seed: int = 1,
         config: DetectorConfig | None = None,
-        eval_every: float = 1.0,
         **kw: Any,
     ) -> ScenarioResult:
         sc = Scenario(
@@ -37,7 +36,7 @@ def run() -> Run:
             seed=seed,
             **kw,
         )
-        return run_scenario(sc, config, eval_every=eval_every, keep_findings=True)
+        return run_scenario(sc, config, keep_findings=True)
 
     return _run
 
