@@ -24,6 +24,7 @@ def run() -> Run:
         duration: float = 45.0,
         seed: int = 1,
         config: DetectorConfig | None = None,
+        eval_every: float | None = None,
         **kw: Any,
     ) -> ScenarioResult:
         sc = Scenario(
@@ -36,7 +37,9 @@ def run() -> Run:
             seed=seed,
             **kw,
         )
-        return run_scenario(sc, config, keep_findings=True)
+        if eval_every is None:  # the collector's cadence
+            return run_scenario(sc, config, keep_findings=True)
+        return run_scenario(sc, config, eval_every=eval_every, keep_findings=True)
 
     return _run
 
