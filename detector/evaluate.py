@@ -209,20 +209,16 @@ class SuiteReport:
             reps = [r for res in self.results for r in res.reported if r.kind == kind]
             right = [r for r in reps if r.match >= 0]
             lat = [float(x) for res, i in faults if (x := res.latency[i]) is not None]
-            strong = [
-                float(x)
+            slow = kind in ("noncomm_slow", "comm_slow")
+            strong_res = [
+                (res, float(x))
                 for res, i in faults
-                if (x := res.latency[i]) is not None
-                and (kind not in ("noncomm_slow", "comm_slow") or (res.true_slowdown or 0.0) >= 1.2)
+                if (x := res.latency[i]) is not None and (not slow or (res.true_slowdown or 0.0) >= 1.2)
             ]
+            strong = [x for _, x in strong_res]
             # the bar: a slowdown of 1.2x or worse named within 3 s or 3 training steps,
             # whichever is longer (median), a hang (or a dead rank) within 15 s
-            in_bar = [
-                x <= (max(3.0, 3.0 * res.step_s) if kind in ("noncomm_slow", "comm_slow") else 15.0)
-                for res, i in faults
-                if (x := res.latency[i]) is not None
-                and (kind not in ("noncomm_slow", "comm_slow") or (res.true_slowdown or 0.0) >= 1.2)
-            ]
+            in_bar = [x <= (max(3.0, 3.0 * res.step_s) if slow else 15.0) for res, x in strong_res]
             found = sum(1 for res, i in faults if res.latency[i] is not None)
             res_checks = [res.resolved[i] for res, i in faults if res.resolved[i] is not None]
             out.append(

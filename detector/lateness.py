@@ -192,9 +192,11 @@ class LatenessTracker:
         # the cells of slots with several rows
         per_slot = np.bincount(st.slot, minlength=self.ncells.shape[0])
         t0 = np.minimum(st.t0, t) if spread else t
-        # a block of rows at a time: the same arithmetic, but its intermediates stay in cache
-        for lo in range(0, t.shape[0], _ROWS):
-            r = slice(lo, lo + _ROWS)
+        # a big ring (a 100k-rank job's) a block of rows at a time: the same arithmetic, but its
+        # intermediates stay in cache; a smaller one in one go (one pass over the ring, if any)
+        step = _ROWS if self.bl.shape[0] * _K >= 1 << 20 else max(1, t.shape[0])
+        for lo in range(0, t.shape[0], step):
+            r = slice(lo, lo + step)
             self._add_rows(st.slot[r], ids[r], t0[r], t[r], st.late[r], st.dur[r], st.cnt[r], per_slot, spread)
         # each row's newest bucket is its slot's newest (a row whose newest is older than the ring
         # has no bucket in it)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from rankwatch.detector import DetectorConfig
-from rankwatch.detector.evaluate import ScenarioResult, run_scenario
+from rankwatch.detector.evaluate import EVAL_EVERY_S, ScenarioResult, run_scenario
 from rankwatch.sim import PROFILES, Fault, Layout, Scenario, Workload
 
 Run = Callable[..., ScenarioResult]
@@ -24,7 +24,7 @@ def run() -> Run:
         duration: float = 45.0,
         seed: int = 1,
         config: DetectorConfig | None = None,
-        eval_every: float | None = None,
+        eval_every: float = EVAL_EVERY_S,
         **kw: Any,
     ) -> ScenarioResult:
         sc = Scenario(
@@ -37,8 +37,6 @@ def run() -> Run:
             seed=seed,
             **kw,
         )
-        if eval_every is None:  # the collector's cadence
-            return run_scenario(sc, config, keep_findings=True)
         return run_scenario(sc, config, eval_every=eval_every, keep_findings=True)
 
     return _run

@@ -81,16 +81,24 @@ def _stats(rng: np.random.Generator, n_rows: int, n_slots: int, t_hi: float, slo
     )
 
 
-@pytest.mark.parametrize("n_rows, slot_pool, chunk", [(40, 10_000, 16384), (400, 50, 16384), (3000, 20_000, 7)])
+@pytest.mark.parametrize(
+    "n_rows, slot_pool, n_slots, chunk",
+    [
+        (40, 10_000, 20_000, 16384),  # few rows: added at the rows
+        (400, 50, 20_000, 16384),  # ...slots with several rows among them
+        (3000, 50, 300, 16384),  # many rows for a small ring: one pass over it
+        (3000, 100_000, 110_000, 7),  # a big ring: a block of rows at a time
+    ],
+)
 def test_ring_adds_match_a_block_by_block_sum(
-    monkeypatch: pytest.MonkeyPatch, n_rows: int, slot_pool: int, chunk: int
+    monkeypatch: pytest.MonkeyPatch, n_rows: int, slot_pool: int, n_slots: int, chunk: int
 ) -> None:
     """Blocks spread over the buckets they cover, added row block by row block (slots with one row
     at once, slots with several one by one): the ring holds each (slot, bucket)'s plain sum."""
     monkeypatch.setattr(lateness_mod, "_ROWS", chunk)
     cfg = DetectorConfig()
     rng = np.random.default_rng(n_rows)
-    n_slots, k = 20_000, lateness_mod._K
+    k = lateness_mod._K
     tr = LatenessTracker(cfg)
     want: dict[tuple[int, int], np.ndarray] = {}
     for now in (10.0, 11.3, 12.1):
@@ -118,7 +126,7 @@ def test_ring_adds_match_a_block_by_block_sum(
                 exp[slot] = x
                 held += 1
         np.testing.assert_allclose(got, exp, rtol=1e-5, atol=1e-7)
-    assert held > n_rows // 2  # most of what came in is still in the ring
+    assert held > min(n_rows, slot_pool * k) // 2  # most of what came in is still in the ring
     last = {}
     for slot, b in want:
         if b >= int(tr.bid.max()) - k + 1:

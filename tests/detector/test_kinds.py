@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from rankwatch.detector.evaluate import EVAL_EVERY_S
 from rankwatch.sim import Fault, Layout
 
 TP4DP4 = Layout(tp=4, pp=1, dp=4)  # 16 ranks on 2 nodes: every data-parallel group is half on each
@@ -54,13 +55,13 @@ _STAGE_GAP = pytest.mark.xfail(
 @pytest.mark.parametrize(
     ("node", "factor", "profile", "rate", "every"),
     [
-        (0, 1.5, "cpu_noise", 100.0, None),
-        pytest.param(2, 1.3, "quiet", 30.0, None, marks=_STAGE_GAP),
+        (0, 1.5, "cpu_noise", 100.0, EVAL_EVERY_S),
+        pytest.param(2, 1.3, "quiet", 30.0, EVAL_EVERY_S, marks=_STAGE_GAP),
         (2, 1.3, "quiet", 30.0, 1.0),
     ],
 )
 def test_slow_node_that_is_a_pipeline_stage(  # type: ignore[no-untyped-def]
-    run, node: int, factor: float, profile: str, rate: float, every: float | None
+    run, node: int, factor: float, profile: str, rate: float, every: float
 ) -> None:
     # the node's ranks are slow together: no group they share has a late member, only the stages
     # next to it wait at their sends and receives, and the node's own share of time inside ops drops
