@@ -3,10 +3,10 @@
 Per slot (one rank in one group) the analysed blocks are added into time buckets of
 ``bucket_s`` seconds (server time of the ops): how long the others waited for it (*lateness*),
 how long it spent inside the group's ops (*in-collective time*), and how many ops. A slot's rate
-is the **median over its three most recent non-empty buckets** of the per-op mean times the
+is the **median over its five most recent non-empty buckets** of the per-op mean times the
 group's op rate: seconds per second of wall-clock, so lateness is directly the share w of time
 the group loses. The median makes it persistent by construction — a GC pause, a barrier after a
-checkpoint or one slow step lands in one bucket and moves nothing; a straggler is in all three.
+checkpoint or one slow step lands in one or two buckets and moves nothing; a straggler is in all five.
 
 A slot is *hot* when its lateness exceeds what is normal for it — the lower of its own baseline
 (once learned) and, in a collective group, the group's lower median now — by at least
@@ -28,10 +28,10 @@ from rankwatch.detector.cells import CellStats
 from rankwatch.detector.config import DetectorConfig
 from rankwatch.detector.topology import Topology
 
-__all__ = ["LatenessTracker", "Straggler"]
+__all__ = ["RECENT_BUCKETS", "LatenessTracker", "Straggler"]
 
 _K = 10  # buckets kept per slot
-_M = 5  # most recent non-empty buckets the median is taken over...
+_M = RECENT_BUCKETS = 5  # most recent non-empty buckets the median is taken over...
 _MIN_OPS = 8  # ...and at least this many ops in them
 _ROWS = 16384  # slots per block of the recent-bucket medians (a few MB of intermediates)
 
@@ -101,6 +101,8 @@ class LatenessTracker:
         self.newest = np.zeros(0, np.int64)
         self.last_bid = np.zeros(0, np.int64)  # per slot: newest bucket id it has data in
         self.ch_ops = np.zeros(0)  # per channel: decayed op count (rate = / ops_tau)
+        self.ch_new = np.full(0, -np.inf)  # per channel: server time of its newest analysed op
+        self.lag_k = np.ones(0)  # per slot: true op rate over the rate the detection uses (see analyse)
         self.ch_t = float("nan")
         self._by_size: tuple[tuple[int, int, int], list[tuple[int, np.ndarray, np.ndarray]]] = ((-1, -1, -1), [])
         # results of the last ``analyse``
@@ -121,6 +123,7 @@ class LatenessTracker:
 
     def _ensure(self, n: int, n_ch: int) -> None:
         self.ch_ops = _grow(self.ch_ops, n_ch, 0.0)
+        self.ch_new = _grow(self.ch_new, n_ch, -np.inf)
         if n <= self.n:
             return
         for name in ("bl", "bd", "bo"):
@@ -171,6 +174,7 @@ class LatenessTracker:
         if len(st):
             w = np.exp(-np.clip(now - st.c_t, 0.0, None) / cfg.ops_tau_s)
             self.ch_ops[:n_ch] += np.bincount(st.c_ch, st.c_cnt * w, n_ch)
+            np.maximum.at(self.ch_new, st.c_ch, np.minimum(st.c_t, now))
         if not st.slot.shape[0]:
             return
         t = np.minimum(st.t, now)
@@ -348,6 +352,14 @@ class LatenessTracker:
         cfg = self.cfg
         n = topo.n_slots
         self._ensure(n, topo.n_channels)
+        # the op rate the detection works with is the count decayed to now; a block is analysed
+        # once every member has sent it, a second or so after its ops ran, so that reads the rate
+        # low by the lag (exp(-1/3): a quarter). The thresholds were set against it and the tests
+        # of who is a victim weigh it against shares measured alike, so it stays; what a suspect
+        # costs the job (its slowdown, and the hold that depends on it) is scaled back by ``lag_k``
+        # to ops per second over the ``ops_tau_s`` before the group's newest analysed op
+        lag = np.clip(now - self.ch_new[: topo.n_channels], 0.0, cfg.stale_s)
+        self.lag_k = np.exp(lag / cfg.ops_tau_s)[topo.slot_ch]
         ops_rate = self.ch_ops[: topo.n_channels] / cfg.ops_tau_s
         rate = ops_rate[topo.slot_ch]
         ml, md, nb = self._recent(now, n)  # per op: median lateness and time inside

@@ -153,3 +153,36 @@ def test_two_faults_at_once(run) -> None:  # type: ignore[no-untyped-def]
         Fault("slow_compute", "rank", ranks=(4,), factor=1.5, onset=22.0),
     )
     assert {r.key for r in res.reported} == {"comm_slow:link:node00001|node00003", "noncomm_slow:rank:4"}
+
+
+DP16 = Layout(tp=1, pp=1, dp=16)  # 16 ranks on 2 nodes, one data-parallel group
+
+
+@pytest.mark.parametrize("layout", [TP4DP4, DP16, Layout(tp=8, pp=1, dp=2)], ids=["tp4dp4", "dp16", "tp8dp2"])
+@pytest.mark.parametrize("level", ["rank", "node"])
+def test_reported_slowdown_is_the_jobs(run, layout, level) -> None:  # type: ignore[no-untyped-def]
+    # a 1.3x straggler (a GPU, or a whole node) against what the job really lost: its step rate
+    # with and without the fault. Read low by a quarter when op rates were counted up to now
+    # rather than up to the newest analysed op (a second behind), and read twice over when a
+    # rank's lateness was summed over the groups its delay passes through
+    fault = (
+        Fault("slow_compute", "rank", ranks=(6,), factor=1.3, onset=20.0)
+        if level == "rank"
+        else Fault("slow_compute", "node", nodes=(1,), factor=1.3, onset=20.0)
+    )
+    res = run(layout, fault, duration=40.0)
+    assert len(res.reported) == 1 and res.reported[0].match == 0, [r.key for r in res.reported]
+    assert res.true_slowdown is not None and res.true_slowdown > 1.2
+    got = res.reported[0].slowdown
+    assert got is not None and abs(got - res.true_slowdown) <= 0.07, (got, res.true_slowdown)
+    # named fast too: 2.5 s (a rank) to 3.5 s (the tp8dp2 node, whose ranks join the roots in turn);
+    # the bar for 1.2x and worse is 3 s median
+    assert res.latency[0] is not None and res.latency[0] <= 3.5
+
+
+def test_a_mildly_slow_node_is_named_once_its_ranks_are_late_together(run) -> None:  # type: ignore[no-untyped-def]
+    # each rank of a 1.15x node costs the job under 1.2x, so alone each would hold 4 s (a rank
+    # late by chance in uneven steps); half of a node's ranks late at once for 1 s is the node
+    res = run(TP4DP4, Fault("slow_compute", "node", nodes=(1,), factor=1.15, onset=20.0), duration=40.0)
+    _only(res, "noncomm_slow:node:node00001")
+    assert res.latency[0] is not None and res.latency[0] <= 4.0, res.latency
