@@ -874,7 +874,7 @@ class JobDetector:
         topo, late = self.topo, self.late
         ptr, slots_of = topo.rank_slots()
         mine = slots_of[ptr[r] : ptr[r + 1]]
-        ex = np.nan_to_num(late.ex_late[mine] * late.lag_k[mine], nan=0.0)
+        ex = np.nan_to_num(late.ex_late[mine] * late.lag_k[topo.slot_ch[mine]], nan=0.0)
         return float(np.clip(ex, 0.0, None).max(initial=0.0))
 
     def _comm_findings(self, now: float, slow: np.ndarray, healthy: np.ndarray, cands: dict[str, Finding]) -> None:

@@ -31,7 +31,7 @@ from rankwatch.detector.topology import Topology
 __all__ = ["RECENT_BUCKETS", "LatenessTracker", "Straggler"]
 
 _K = 10  # buckets kept per slot
-_M = RECENT_BUCKETS = 5  # most recent non-empty buckets the median is taken over...
+RECENT_BUCKETS = 5  # most recent non-empty buckets the median is taken over...
 _MIN_OPS = 8  # ...and at least this many ops in them
 _ROWS = 16384  # slots per block of the recent-bucket medians (a few MB of intermediates)
 
@@ -102,7 +102,7 @@ class LatenessTracker:
         self.last_bid = np.zeros(0, np.int64)  # per slot: newest bucket id it has data in
         self.ch_ops = np.zeros(0)  # per channel: decayed op count (rate = / ops_tau)
         self.ch_new = np.full(0, -np.inf)  # per channel: server time of its newest analysed op
-        self.lag_k = np.ones(0)  # per slot: true op rate over the rate the detection uses (see analyse)
+        self.lag_k = np.ones(0)  # per channel: true op rate over the rate the detection uses (see analyse)
         self.ch_t = float("nan")
         self._by_size: tuple[tuple[int, int, int], list[tuple[int, np.ndarray, np.ndarray]]] = ((-1, -1, -1), [])
         # results of the last ``analyse``
@@ -318,11 +318,11 @@ class LatenessTracker:
             rows = active[lo : lo + _ROWS]
             ops = np.take(self.bo[rows], order, axis=1)
             has = ops > 0
-            # the newest non-empty buckets, at least _M of them and at least _MIN_OPS ops (a group
+            # the newest non-empty buckets, at least RECENT_BUCKETS of them and at least _MIN_OPS ops (a group
             # that runs an op a second is judged over several of its steps, not over one)
             before_b: np.ndarray = np.cumsum(has, axis=1, dtype=np.int32) - has
             before_o = np.cumsum(ops, axis=1) - ops
-            take = has & ((before_b < _M) | (before_o < _MIN_OPS))
+            take = has & ((before_b < RECENT_BUCKETS) | (before_o < _MIN_OPS))
             c = take.sum(axis=1)
             safe = np.where(has, ops, np.float32(1.0))
             ml[rows] = _median_taken(np.where(take, np.take(self.bl[rows], order, axis=1) / safe, inf), c)
@@ -359,11 +359,11 @@ class LatenessTracker:
         # costs the job (its slowdown, and the hold that depends on it) is scaled back by ``lag_k``
         # to ops per second over the ``ops_tau_s`` before the group's newest analysed op
         lag = np.clip(now - self.ch_new[: topo.n_channels], 0.0, cfg.stale_s)
-        self.lag_k = np.exp(lag / cfg.ops_tau_s)[topo.slot_ch]
+        self.lag_k = np.exp(lag / cfg.ops_tau_s)
         ops_rate = self.ch_ops[: topo.n_channels] / cfg.ops_tau_s
         rate = ops_rate[topo.slot_ch]
         ml, md, nb = self._recent(now, n)  # per op: median lateness and time inside
-        has = nb >= _M
+        has = nb >= RECENT_BUCKETS
         collective = topo.ch_parent[topo.slot_ch] < 0
         med_lop = self._lower_median(np.nan_to_num(ml, nan=np.inf), topo)
         sl = slice(0, n)
@@ -514,7 +514,7 @@ class LatenessTracker:
         # what its ops took at the groups' op rates
         ops = np.bincount(topo.slot_rank, wo, topo.world)
         cover = ops / np.maximum(np.bincount(topo.slot_rank, rate, topo.world), 1e-9)
-        ok_r = cover >= cfg.bucket_s * _M
+        ok_r = cover >= cfg.bucket_s * RECENT_BUCKETS
         share = wd / np.maximum(cover, 1e-9)[topo.slot_rank]
         r_has = np.zeros(topo.world, bool)
         r_has[topo.slot_rank[has]] = True
