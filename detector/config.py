@@ -19,6 +19,8 @@ class DetectorConfig:
     """Time constant of each group's op rate (turns per-op lateness into seconds per second)."""
     stale_s: float = 2.0
     """Buckets older than the ring plus this are ignored: a job that went quiet has no evidence."""
+    pause_s: float = 12.0
+    """A group that pauses (a checkpoint's save, an evaluation) keeps its slots' last judgement this long."""
     baseline_tau_s: float = 60.0
     """Time constant of each rank's and each group's own baseline (frozen while it looks faulty)."""
     baseline_skip_s: float = 10.0

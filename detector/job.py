@@ -557,7 +557,7 @@ class JobDetector:
             roots = self.late.analyse(now, dt, topo, self._reported_ranks("noncomm_slow"), comm_frozen, ch_excess)
             slow_cands: dict[str, Finding] = {}
             if not hangs.stuck:
-                self._straggler_findings(now, roots, slow_cands)
+                self._straggler_findings(now, dt, roots, slow_cands)
                 self._comm_findings(now, slow, healthy, slow_cands)
             self._slow_cands = slow_cands
         elif hangs.stuck:
@@ -780,21 +780,28 @@ class JobDetector:
             ev["p2p_cells"] = cells[:64]
         return ev
 
-    def _straggler_findings(self, now: float, roots: dict[int, Straggler], cands: dict[str, Finding]) -> None:
+    def _straggler_findings(
+        self, now: float, dt: float, roots: dict[int, Straggler], cands: dict[str, Finding]
+    ) -> None:
         cfg, topo, late = self.cfg, self.topo, self.late
         for r in list(self._rank_hot):
             if r not in roots:
                 del self._rank_hot[r]
-        for r in roots:
+        for r, st in roots.items():
             self._rank_hot.setdefault(r, now)
+            if st.paused:
+                # its groups paused: the time does not count towards its hold
+                self._rank_hot[r] = min(now, self._rank_hot[r] + dt)
         if not roots:
             return
         mild_w = 1.0 - 1.0 / cfg.mild_slowdown  # the share of wall-clock that slowdown costs
         imposed = {r: self._imposed(r) for r in roots}
+        reported = self._reported_ranks("noncomm_slow")
         confirmed = [
             r
             for r in roots
-            if roots[r].held or now - self._rank_hot[r] >= (cfg.hold_s if imposed[r] >= mild_w else cfg.mild_hold_s)
+            if (roots[r].held or now - self._rank_hot[r] >= (cfg.hold_s if imposed[r] >= mild_w else cfg.mild_hold_s))
+            and (not roots[r].paused or r in reported)  # a pause confirms nothing new
         ]
         nodes, singles = self._node_groups(sorted(roots))
         # a node already reported keeps every root on it (its ranks flicker in and out of the evidence)
@@ -874,7 +881,7 @@ class JobDetector:
         topo, late = self.topo, self.late
         ptr, slots_of = topo.rank_slots()
         mine = slots_of[ptr[r] : ptr[r + 1]]
-        ex = np.nan_to_num(late.ex_late[mine] * late.lag_k[topo.slot_ch[mine]], nan=0.0)
+        ex = np.nan_to_num(late.imposed[mine], nan=0.0)
         return float(np.clip(ex, 0.0, None).max(initial=0.0))
 
     def _comm_findings(self, now: float, slow: np.ndarray, healthy: np.ndarray, cands: dict[str, Finding]) -> None:

@@ -46,6 +46,7 @@ class Straggler:
     slots: list[int] = field(default_factory=list)
     onset: float = float("nan")
     held: bool = False  # it has already held its own test's hold (a slow pipeline stage)
+    paused: bool = False  # its groups have paused since it was found: no fresh evidence either way
 
 
 def _median_taken(x: np.ndarray, cnt: np.ndarray) -> np.ndarray:
@@ -69,7 +70,7 @@ def _grow(a: np.ndarray, n: int, fill: float) -> np.ndarray:
 class LatenessTracker:
     """Bucketed lateness per slot, baselines, and the roots they point to."""
 
-    _NAN = ("base_late", "base_dur", "noise", "level", "onset", "first_data", "usual_extra", "usual_share")
+    _NAN = ("base_late", "base_dur", "noise", "level", "onset", "first_data", "usual_extra", "usual_share", "judged")
 
     def __init__(self, cfg: DetectorConfig) -> None:
         self.cfg = cfg
@@ -84,6 +85,7 @@ class LatenessTracker:
         self.level = np.full(0, np.nan)  # ...around this running level of it
         self.onset = np.full(0, np.nan)
         self.first_data = np.full(0, np.nan)
+        self.judged = np.full(0, np.nan)  # per slot: server time it was last judged (had enough recent data)
         self.usual_extra = np.full(0, np.nan)  # seconds inside ops over the per-op baseline, per window, while calm
         self.extra_age = np.zeros(0)
         self.usual_share = np.full(0, np.nan)  # per slot: share of wall-clock inside its ops, while calm
@@ -103,14 +105,20 @@ class LatenessTracker:
         self.ch_ops = np.zeros(0)  # per channel: decayed op count (rate = / ops_tau)
         self.ch_new = np.full(0, -np.inf)  # per channel: server time of its newest analysed op
         self.lag_k = np.ones(0)  # per channel: true op rate over the rate the detection uses (see analyse)
-        self.ch_t = float("nan")
+        self.ch_ref = np.full(0, np.nan)  # per channel: its own clock's time its op count is decayed to
+        self.ch_skip = np.zeros(0)  # per channel: seconds of pauses its clock has left out
         self._by_size: tuple[tuple[int, int, int], list[tuple[int, np.ndarray, np.ndarray]]] = ((-1, -1, -1), [])
         # results of the last ``analyse``
         self.late_rate = np.zeros(0)
         self.ref_lop = np.zeros(0)
         self.dur_rate = np.zeros(0)
         self.ex_late = np.zeros(0)
+        self.imposed = np.zeros(0)  # per slot: ex_late at the op rate as of its group's newest op (lag_k)
         self.ex_dur = np.zeros(0)
+        self.paused = np.zeros(0, bool)  # per slot: its group has paused since it was last judged
+        self.waiting = np.zeros(0, bool)  # per slot: old enough to judge, but too few recent buckets
+        self.gap = np.zeros(0, bool)  # per slot: its group went quiet since the slot was last judged
+        self._prev_roots: dict[int, Straggler] = {}
         self.thr = np.zeros(0)
         self.stage_run = np.zeros(0)  # per node: seconds its slow-stage evidence has held
         self.stage_z = np.full(0, np.nan)  # per node: change of its share inside ops against the other nodes'
@@ -124,6 +132,8 @@ class LatenessTracker:
     def _ensure(self, n: int, n_ch: int) -> None:
         self.ch_ops = _grow(self.ch_ops, n_ch, 0.0)
         self.ch_new = _grow(self.ch_new, n_ch, -np.inf)
+        self.ch_ref = _grow(self.ch_ref, n_ch, np.nan)
+        self.ch_skip = _grow(self.ch_skip, n_ch, 0.0)
         if n <= self.n:
             return
         for name in ("bl", "bd", "bo"):
@@ -136,6 +146,7 @@ class LatenessTracker:
         self.ncells = _grow(self.ncells, n, 0.0)
         self.onset_seq = _grow(self.onset_seq, n, 0)
         self.hot = _grow(self.hot, n, False)
+        self.gap = _grow(self.gap, n, False)
         self.busy = _grow(self.busy, n, False)
         self.cusum = _grow(self.cusum, n, 0.0)
         self.newest = _grow(self.newest, n, -(2**62))
@@ -168,13 +179,30 @@ class LatenessTracker:
         """
         cfg = self.cfg
         self._ensure(n_slots, n_ch)
-        if not np.isnan(self.ch_t):
-            self.ch_ops[:n_ch] *= np.exp(-max(0.0, now - self.ch_t) / cfg.ops_tau_s)
-        self.ch_t = now
+        # a group's op rate is its rate while it runs: its count decays with the group's own
+        # clock, server time less the group's pauses (a gap between its ops longer than
+        # ``stale_s``, less that), and stops ``stale_s`` after its newest analysed op (a block is
+        # analysed a second or so after its ops ran) until it runs again — a checkpoint's save is
+        # not a slower rate. Decayed through pauses, every straggler read small after each one,
+        # and every rank's share of time inside ops (time inside over ops at the rate) swung
+        # with them. A group whose blocks come late but without gaps is not paused: its count
+        # decays as it runs
         if len(st):
-            w = np.exp(-np.clip(now - st.c_t, 0.0, None) / cfg.ops_tau_s)
-            self.ch_ops[:n_ch] += np.bincount(st.c_ch, st.c_cnt * w, n_ch)
+            first = np.full(n_ch, np.inf)
+            np.minimum.at(first, st.c_ch, st.c_t)
+            was = self.ch_new[:n_ch]
+            gap = np.where(np.isfinite(was) & np.isfinite(first), first - was - cfg.stale_s, 0.0)
+            self.ch_skip[:n_ch] += np.clip(gap, 0.0, None)
             np.maximum.at(self.ch_new, st.c_ch, np.minimum(st.c_t, now))
+        ref = np.minimum(now, self.ch_new[:n_ch] + cfg.stale_s)  # -inf: no op yet
+        clock = ref - self.ch_skip[:n_ch]
+        old = self.ch_ref[:n_ch]
+        ran = np.where(np.isfinite(clock) & np.isfinite(old), clock - old, 0.0)
+        self.ch_ops[:n_ch] *= np.exp(-np.clip(ran, 0.0, None) / cfg.ops_tau_s)
+        self.ch_ref[:n_ch] = np.where(np.isfinite(clock), clock, old)
+        if len(st):
+            w = np.exp(-np.clip(ref[st.c_ch] - st.c_t, 0.0, None) / cfg.ops_tau_s)
+            self.ch_ops[:n_ch] += np.bincount(st.c_ch, st.c_cnt * w, n_ch)
         if not st.slot.shape[0]:
             return
         t = np.minimum(st.t, now)
@@ -396,7 +424,26 @@ class LatenessTracker:
         thr = cfg.noise_k * scale
         z = np.nan_to_num(ex_late / scale, nan=0.0)
         # a slot is judged once it has history: start-up and the first steps are not faults
-        mature = has & (self.ncells[sl] >= cfg.warm_cells) & (now - self.first_data[sl] >= cfg.baseline_warm_s)
+        grown_up = (self.ncells[sl] >= cfg.warm_cells) & (now - self.first_data[sl] >= cfg.baseline_warm_s)
+        mature = has & grown_up
+        waiting = grown_up & ~has  # a group that paused, or whose bursts of ops are short
+        # a slot whose group went quiet (no op analysed for ``stale_s``: a checkpoint's save, an
+        # evaluation) since it was last judged keeps that judgement for ``pause_s`` while it lacks
+        # recent buckets: a pause is no evidence either way, and in a job that pauses often a
+        # straggler started from nothing after each pause. A group that runs an op a step and lacks
+        # a bucket now and then has not paused (kept, such a slot carried a GC pause into a suspect)
+        judged = self.judged[sl]
+        judged[mature] = now
+        gap = self.gap[sl]
+        gap |= ~has & (now - self.ch_new[topo.slot_ch] > cfg.stale_s)
+        gap[mature] = False
+        paused = ~has & gap & (now - judged <= cfg.pause_s)  # never judged (nan): False
+        imposed = ex_late * self.lag_k[topo.slot_ch]
+        m = min(n, self.ex_late.shape[0])
+        if paused[:m].any():
+            p = np.flatnonzero(paused[:m])
+            ex_late[p], thr[p], late[p], imposed[p] = self.ex_late[p], self.thr[p], self.late_rate[p], self.imposed[p]
+        prev_hot = self.hot[sl] & paused
         # sequential test (CUSUM): evidence adds up while the excess stays above half the threshold,
         # so a large fault is named at once and a mild one in a noisy group takes longer
         # evidence counts once: a slot adds only as much time as it has new buckets since last time
@@ -406,17 +453,31 @@ class LatenessTracker:
         prev = self.newest[:n]
         fresh_s = np.where(prev > -(2**61), (newest - prev) * cfg.bucket_s, dt)
         dt_eff = np.clip(fresh_s, 0.0, dt)
-        self.newest[:n] = newest
+        # ...except after a wait for enough recent buckets (a pause, a short burst of ops): the
+        # buckets with ops that came in meanwhile count (as far as the median spans), or a job that
+        # pauses every few steps never adds up enough. Buckets with ops, not the time they span: a
+        # group that runs an op a step has empty buckets between, and they are no evidence
+        was_waiting = np.zeros(n, bool)
+        was_waiting[: min(n, self.waiting.shape[0])] = self.waiting[:n]
+        back = np.flatnonzero(was_waiting & mature)
+        if back.shape[0]:
+            new_b = (self.bid[None, :] > prev[back, None]) & (self.bid[None, :] <= newest[back, None])
+            got = np.count_nonzero(new_b & (self.bo[back] > 0), axis=1)
+            dt_eff[back] = np.minimum(got, RECENT_BUCKETS) * cfg.bucket_s
+        self.newest[:n] = np.where(waiting, prev, newest)
+        self.waiting = waiting
         k = 0.5 * cfg.noise_k
         cs = self.cusum[sl]
-        cs[:] = np.where(mature, np.clip(cs + dt_eff * (np.minimum(z, 4 * cfg.noise_k) - k), 0.0, 3 * cfg.cusum_h), 0.0)
+        grown = np.clip(cs + dt_eff * (np.minimum(z, 4 * cfg.noise_k) - k), 0.0, 3 * cfg.cusum_h)
+        cs[:] = np.where(mature, grown, np.where(paused, cs, 0.0))
         kept = np.zeros(n, bool)
         if keep:
             kept = np.isin(topo.slot_rank, np.fromiter(keep, np.int64, len(keep)))
         on = (cs >= cfg.cusum_h) & (ex_late >= thr)
         stay = kept & (cs > 0) & (ex_late >= 0.5 * thr)
-        hot = mature & np.nan_to_num(on | stay, nan=False).astype(bool)
+        hot = (mature & np.nan_to_num(on | stay, nan=False).astype(bool)) | prev_hot
         self.hot[sl] = hot
+        self.paused = paused
         # baselines learn only from slots that look normal, once past the first blocks
         calm = (
             has
@@ -467,11 +528,13 @@ class LatenessTracker:
         nz[upd] = np.sqrt((1.0 - au) * (nz[upd] ** 2 + au * d * d))
         n_age[ok] += dt
         self.late_rate, self.dur_rate, self.ex_late, self.ex_dur = late, dur, ex_late, ex_dur
+        self.imposed = imposed
         self.thr = thr
         wd, wo = self._ring_sum(self.bd, n), self._ring_sum(self.bo, n)
         extra = self._learn_extra(now, dt, topo, wd, wo, rate, has)
         out = self._roots(hot, topo, frozen_ch, ch_excess, wo, extra)
         self._slow_stages(dt, topo, out, frozen_ch, keep)
+        self._prev_roots = out
         return out
 
     def _learn_extra(
@@ -709,6 +772,13 @@ class LatenessTracker:
         out: dict[int, Straggler] = {}
         for s in cand.tolist():
             r = int(topo.slot_rank[s])
+            if self.paused[s]:
+                # its group paused: the ring no longer holds what made it a root; it stays what it was
+                was = self._prev_roots.get(r)
+                if was is not None and r not in out:
+                    was.paused = True
+                    out[r] = was
+                continue
             mine = slots_of[ptr[r] : ptr[r + 1]]
             if topo.ch_parent[topo.slot_ch[s]] >= 0 and cross[mine].any():
                 continue  # pipeline waits follow the schedule; a straggler also shows in its groups
@@ -753,7 +823,7 @@ class LatenessTracker:
                 continue
             ex = float(self.ex_late[s])
             got = out.get(r)
-            if got is None:
+            if got is None or got.paused:
                 got = out[r] = Straggler(rank=r, excess=ex, threshold=float(self.thr[s]), onset=float(self.onset[s]))
             elif ex > got.excess:
                 got.excess, got.threshold = ex, float(self.thr[s])
