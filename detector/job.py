@@ -876,7 +876,7 @@ class JobDetector:
         mates wait for it inside their group, then arrive as late as it at the data-parallel one —
         so every group it is in shows the same seconds, and the sum counted them once per group
         (a 1.24x straggler in tp4dp4 read 1.55x). Op rates as of each group's newest analysed op
-        (``LatenessTracker.lag_k``): counted up to now they read a 1.27x slow node as 1.13x.
+        (``LatenessTracker.imposed``): counted up to now they read a 1.27x slow node as 1.13x.
         """
         topo, late = self.topo, self.late
         ptr, slots_of = topo.rank_slots()

@@ -104,7 +104,6 @@ class LatenessTracker:
         self.last_bid = np.zeros(0, np.int64)  # per slot: newest bucket id it has data in
         self.ch_ops = np.zeros(0)  # per channel: decayed op count (rate = / ops_tau)
         self.ch_new = np.full(0, -np.inf)  # per channel: server time of its newest analysed op
-        self.lag_k = np.ones(0)  # per channel: true op rate over the rate the detection uses (see analyse)
         self.ch_ref = np.full(0, np.nan)  # per channel: its own clock's time its op count is decayed to
         self.ch_skip = np.zeros(0)  # per channel: seconds of pauses its clock has left out
         self._by_size: tuple[tuple[int, int, int], list[tuple[int, np.ndarray, np.ndarray]]] = ((-1, -1, -1), [])
@@ -113,7 +112,7 @@ class LatenessTracker:
         self.ref_lop = np.zeros(0)
         self.dur_rate = np.zeros(0)
         self.ex_late = np.zeros(0)
-        self.imposed = np.zeros(0)  # per slot: ex_late at the op rate as of its group's newest op (lag_k)
+        self.imposed = np.zeros(0)  # per slot: ex_late at the op rate as of its group's newest op
         self.ex_dur = np.zeros(0)
         self.paused = np.zeros(0, bool)  # per slot: its group has paused since it was last judged
         self.waiting = np.zeros(0, bool)  # per slot: old enough to judge, but too few recent buckets
@@ -385,9 +384,9 @@ class LatenessTracker:
         # low by the lag (exp(-1/3): a quarter). The thresholds were set against it and the tests
         # of who is a victim weigh it against shares measured alike, so it stays; what a suspect
         # costs the job (its slowdown, and the hold that depends on it) is scaled back by ``lag_k``
-        # to ops per second over the ``ops_tau_s`` before the group's newest analysed op
+        # (into ``imposed``) to ops per second over the ``ops_tau_s`` before the group's newest analysed op
         lag = np.clip(now - self.ch_new[: topo.n_channels], 0.0, cfg.stale_s)
-        self.lag_k = np.exp(lag / cfg.ops_tau_s)
+        lag_k = np.exp(lag / cfg.ops_tau_s)
         ops_rate = self.ch_ops[: topo.n_channels] / cfg.ops_tau_s
         rate = ops_rate[topo.slot_ch]
         ml, md, nb = self._recent(now, n)  # per op: median lateness and time inside
@@ -438,7 +437,7 @@ class LatenessTracker:
         gap |= ~has & (now - self.ch_new[topo.slot_ch] > cfg.stale_s)
         gap[mature] = False
         paused = ~has & gap & (now - judged <= cfg.pause_s)  # never judged (nan): False
-        imposed = ex_late * self.lag_k[topo.slot_ch]
+        imposed = ex_late * lag_k[topo.slot_ch]
         m = min(n, self.ex_late.shape[0])
         if paused[:m].any():
             p = np.flatnonzero(paused[:m])
