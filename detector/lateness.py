@@ -828,4 +828,54 @@ class LatenessTracker:
                 got.excess, got.threshold = ex, float(self.thr[s])
             got.onset = float(np.fmin(got.onset, self.onset[s]))
             got.slots.append(s)
+        self._drop_common_mode(out, hot, topo)
         return out
+
+    def _drop_common_mode(self, out: dict[int, Straggler], hot: np.ndarray, topo: Topology) -> None:
+        """Drop roots whose lateness they share with group-mates that are victims.
+
+        Ranks of one collective group (tensor parallel) leave each of its ops together, so a delay
+        anywhere upstream of it (a GC pause of one of them, a wait on a pipeline neighbour) makes
+        them all equally late at their next groups. The victim tests weigh each rank's lateness
+        against its own waiting over a window; a rank whose window also holds one pause of its own
+        is left short of an excuse while its mates are excused, and is named for the whole
+        group's lateness. A straggler of its own is last in the shared group too (its mates wait
+        for it there), and a slow node's ranks are roots together: so a root that is not late in a
+        collective group of its own, where most mates are late elsewhere by half its excess or more
+        and are not roots, is one of those victims.
+        """
+        live = [r for r, st in out.items() if not st.paused]
+        if not live:
+            return
+        ptr, slots_of = topo.rank_slots()
+        ex = np.where(hot, np.nan_to_num(self.ex_late[: hot.shape[0]], nan=0.0), 0.0)
+        for r in live:
+            st = out[r]
+            mine = slots_of[ptr[r] : ptr[r + 1]]
+            # the groups where it is judged not late itself: not hot there, and not late by a quarter
+            # of its excess either (a straggler's slot there may not have added up its evidence yet);
+            # a group with too few recent ops to judge (a world group's rare barriers) says nothing
+            mine_ex = self.ex_late[mine]
+            shared = mine[
+                (topo.ch_parent[topo.slot_ch[mine]] < 0)
+                & ~hot[mine]
+                & np.isfinite(mine_ex)
+                & (mine_ex < 0.25 * st.excess)
+            ]
+            for b in shared.tolist():
+                ch = int(topo.slot_ch[b])
+                lo, size = int(topo.ch_off[ch]), int(topo.ch_size[ch])
+                mates = [int(m) for m in topo.slot_rank[lo : lo + size].tolist() if int(m) != r]
+                if not mates:
+                    continue
+                late_too = 0
+                for m in mates:
+                    if m in out:
+                        continue
+                    ms = slots_of[ptr[m] : ptr[m + 1]]
+                    ms = ms[topo.slot_ch[ms] != ch]
+                    if ms.shape[0] and float(ex[ms].max()) >= 0.5 * st.excess:
+                        late_too += 1
+                if 2 * late_too > len(mates):
+                    del out[r]
+                    break

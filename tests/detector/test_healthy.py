@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from rankwatch.detector import JobDetector
 from rankwatch.detector.evaluate import run_scenario
-from rankwatch.sim import Fault, Layout, Scenario, Workload, deliveries
+from rankwatch.sim import PROFILES, Fault, Layout, Scenario, Workload, deliveries
 from rankwatch.sim.suite import HELDOUT_PROFILES
 
 LAY = Layout(tp=4, pp=1, dp=4)
@@ -73,4 +75,17 @@ def test_no_suspect_in_a_deep_pipeline_with_uneven_batches() -> None:
         duration=90.0,
         seed=2,
     )
+    assert [r.key for r in run_scenario(sc).reported] == []
+
+
+def test_no_suspect_when_one_pause_joins_a_replica_s_waits() -> None:
+    # tp8pp2dp4 with GC pauses: in 16 ranks a step, a pipeline replica is held up (by a pause of
+    # one of its ranks, or a wait on its other stage) in about half the steps, and the whole node
+    # arrives late at its data-parallel reduces together. One rank whose window also held a pause
+    # of its own was short of an excuse while its seven tensor-parallel mates were excused, and it
+    # was named for their common lateness (rank 14 at 12 s on this seed)
+    lay = Layout(tp=8, pp=2, dp=4)
+    prof = dataclasses.replace(PROFILES["gc"], gc_rate=0.06, gc_s=0.25, cpu_sigma=0.05)
+    work = Workload(step_s=0.2933, microbatches=2)
+    sc = Scenario(name="gc-pipe", layout=lay, workload=work, profile=prof, faults=(), duration=20.0, seed=3021118)
     assert [r.key for r in run_scenario(sc).reported] == []
