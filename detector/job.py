@@ -593,9 +593,10 @@ class JobDetector:
         return out
 
     # -- findings per kind -------------------------------------------------------------------------
-    def _node_groups(self, ranks: list[int]) -> tuple[dict[int, list[int]], list[int]]:
-        """Split ranks into nodes where they are at least ``node_share`` of the node, and the rest."""
+    def _node_groups(self, ranks: list[int], share: float | None = None) -> tuple[dict[int, list[int]], list[int]]:
+        """Split ranks into nodes where they are at least ``share`` (``node_share``) of the node, and the rest."""
         topo = self.topo
+        share = self.cfg.node_share if share is None else share
         per_node: dict[int, list[int]] = {}
         for r in ranks:
             per_node.setdefault(int(topo.node_of[r]), []).append(r)
@@ -604,7 +605,7 @@ class JobDetector:
         singles: list[int] = []
         for n, rs in per_node.items():
             total = len(on_node.get(n, []))
-            if n >= 0 and len(rs) >= 2 and len(rs) >= self.cfg.node_share * total:
+            if n >= 0 and len(rs) >= 2 and len(rs) >= share * total:
                 nodes[n] = sorted(rs)
             else:
                 singles.extend(rs)
@@ -702,7 +703,10 @@ class JobDetector:
     def _hang_findings(self, now: float, rep: HangReport, cands: dict[str, Finding]) -> None:
         topo, live = self.topo, self.live
         if rep.noncomm_roots:
-            nodes, singles = self._node_groups(sorted(rep.noncomm_roots))
+            # two or more ranks of one host that stopped at once are the host's doing, however few
+            # of its ranks show it: a node that hangs while it saves a checkpoint has some of its
+            # ranks already waiting in the save's barrier, and only the rest never arrive
+            nodes, singles = self._node_groups(sorted(rep.noncomm_roots), share=0.0)
             groups: list[tuple[str, list[int], list[int]]] = [("node", rs, [n]) for n, rs in nodes.items()]
             groups += [("rank", [r], [int(topo.node_of[r])]) for r in singles]
             for level, rs, ns in groups:
@@ -787,9 +791,26 @@ class JobDetector:
         for r in list(self._rank_hot):
             if r not in roots:
                 del self._rank_hot[r]
+        # the whole job has stopped (no group has had an op analysed for ``stale_s``, and most ranks
+        # have been inside an op that long: a hang not yet named): what is in the ring now is what
+        # the last ops left there, and it stays until the ring runs out. Like a pause, that is no
+        # fresh evidence: it neither holds a root nor confirms one (the last buckets before a hang
+        # made a rank late in the job's final step a straggler, a second before the hang was
+        # named). Not a checkpoint's save: its ranks are writing, not inside ops, and a straggler
+        # in a job that saves often must be able to hold across the saves' first seconds
+        seen = late.ch_new[: topo.n_channels]
+        quiet = bool(np.isfinite(seen).any()) and now - float(seen.max()) > cfg.stale_s
+        if quiet:
+            inside = np.nan_to_num(now - self.prog.since[: topo.n_slots], nan=0.0) > cfg.stale_s
+            quiet = 2 * np.unique(topo.slot_rank[inside]).shape[0] > topo.world
+        # ...and so is the ring of a rank that is leaving (it said it is terminating, or went
+        # silent): when a launcher kills a job after a crash, its ranks' last buckets are what the
+        # crash left, not a straggler
+        self.live.ensure(topo.world)
+        gone = (self.live.state[: topo.world] != 0) | self.live.silent(now, cfg.silent_flushes)[: topo.world]
         for r, st in roots.items():
             self._rank_hot.setdefault(r, now)
-            if st.paused:
+            if st.paused or quiet or gone[r]:
                 # its groups paused: the time does not count towards its hold
                 self._rank_hot[r] = min(now, self._rank_hot[r] + dt)
         if not roots:
@@ -801,7 +822,7 @@ class JobDetector:
             r
             for r in roots
             if (roots[r].held or now - self._rank_hot[r] >= (cfg.hold_s if imposed[r] >= mild_w else cfg.mild_hold_s))
-            and (not roots[r].paused or r in reported)  # a pause confirms nothing new
+            and (not (roots[r].paused or quiet or gone[r]) or r in reported)  # a pause confirms nothing new
         ]
         nodes, singles = self._node_groups(sorted(roots))
         # a node already reported keeps every root on it (its ranks flicker in and out of the evidence)

@@ -8,6 +8,7 @@ import pytest
 
 from rankwatch.detector.evaluate import EVAL_EVERY_S, run_scenario
 from rankwatch.sim import PROFILES, Fault, Layout, Scenario, Workload
+from rankwatch.sim.suite import HELDOUT_PROFILES
 
 TP4DP4 = Layout(tp=4, pp=1, dp=4)  # 16 ranks on 2 nodes: every data-parallel group is half on each
 TP8PP2DP2 = Layout(tp=8, pp=2, dp=2)  # 32 ranks on 4 nodes: pipeline links between node pairs
@@ -198,3 +199,46 @@ def test_a_straggler_in_a_job_that_mostly_checkpoints(faulty, seed) -> None:  # 
     assert {r.key for r in res.reported} == ({"noncomm_slow:rank:5"} if faulty else set())
     if faulty:
         assert res.latency[0] is not None and res.latency[0] < 12.0
+
+
+@pytest.mark.parametrize(
+    ("fault", "seed", "key"),
+    [
+        (Fault("hang_compute", "node", nodes=(4,), onset=19.16), 2021129, "noncomm_hang:node:node00004"),
+        (Fault("crash", "rank", ranks=(1,), onset=19.86, silent=True, kill_after=1.0), 2021733, "rank_dead:rank:1"),
+    ],
+    ids=["hang", "crash"],
+)
+def test_what_a_stop_leaves_in_the_ring_names_no_straggler(fault: Fault, seed: int, key: str) -> None:
+    # tp8dp8 with uneven batches: a rank late in the job's last step before a node hangs (or a
+    # rank crashes and the launcher kills the rest) keeps that lateness in its ring until the ring
+    # runs out; with no op after it, its hold ran out too and it was named a straggler a second
+    # before the hang (or the dead rank) was (ranks 8 and 5 on these seeds)
+    lay = Layout(tp=8, pp=1, dp=8)
+    sc = Scenario(
+        name="stop",
+        layout=lay,
+        workload=Workload(step_s=0.6),
+        profile=HELDOUT_PROFILES["data+"],
+        faults=(fault,),
+        duration=40.0,
+        seed=seed,
+    )
+    assert [r.key for r in run_scenario(sc).reported] == [key]
+
+
+def test_a_node_that_hangs_while_it_saves_is_the_node() -> None:
+    # tp2pp4dp4 saving a checkpoint: five of node 3's ranks had written their shard and entered
+    # the save's barrier when the node hung, so only three never arrive; three ranks of one host
+    # stopping at once are the host's doing (they were named as three ranks)
+    lay = Layout(tp=2, pp=4, dp=4)
+    sc = Scenario(
+        name="hang-in-save",
+        layout=lay,
+        workload=Workload(step_s=0.3467),
+        profile=HELDOUT_PROFILES["checkpoint+"],
+        faults=(Fault("hang_compute", "node", nodes=(3,), onset=27.16),),
+        duration=60.0,
+        seed=2021133,
+    )
+    assert [r.key for r in run_scenario(sc).reported] == ["noncomm_hang:node:node00003"]
