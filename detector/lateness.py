@@ -848,7 +848,22 @@ class LatenessTracker:
         if not live:
             return
         ptr, slots_of = topo.rank_slots()
-        ex = np.where(hot, np.nan_to_num(self.ex_late[: hot.shape[0]], nan=0.0), 0.0)
+        # per rank, its largest excess over its hot slots, the channel of that slot, and the next
+        # largest (on another slot): "late elsewhere than in group ch" without a pass over its slots
+        ex = np.nan_to_num(self.ex_late[: hot.shape[0]], nan=0.0)
+        hs = np.flatnonzero(hot & (ex > 0))
+        best, second = np.zeros(topo.world), np.zeros(topo.world)
+        best_ch = np.full(topo.world, -1, np.int64)
+        if hs.shape[0]:
+            hr, hv = topo.slot_rank[hs], ex[hs]
+            order = np.lexsort((-hv, hr))
+            hr, hv, hc = hr[order], hv[order], topo.slot_ch[hs][order]
+            head = np.r_[True, hr[1:] != hr[:-1]]
+            best[hr[head]], best_ch[hr[head]] = hv[head], hc[head]
+            nxt = np.flatnonzero(~head & np.r_[False, head[:-1]])  # each rank's second hot slot
+            second[hr[nxt]] = hv[nxt]
+        is_root = np.zeros(topo.world, bool)
+        is_root[list(out)] = True
         for r in live:
             st = out[r]
             mine = slots_of[ptr[r] : ptr[r + 1]]
@@ -865,17 +880,13 @@ class LatenessTracker:
             for b in shared.tolist():
                 ch = int(topo.slot_ch[b])
                 lo, size = int(topo.ch_off[ch]), int(topo.ch_size[ch])
-                mates = [int(m) for m in topo.slot_rank[lo : lo + size].tolist() if int(m) != r]
-                if not mates:
+                mates = topo.slot_rank[lo : lo + size]
+                mates = mates[mates != r]
+                if not mates.shape[0]:
                     continue
-                late_too = 0
-                for m in mates:
-                    if m in out:
-                        continue
-                    ms = slots_of[ptr[m] : ptr[m + 1]]
-                    ms = ms[topo.slot_ch[ms] != ch]
-                    if ms.shape[0] and float(ex[ms].max()) >= 0.5 * st.excess:
-                        late_too += 1
-                if 2 * late_too > len(mates):
+                elsewhere = np.where(best_ch[mates] != ch, best[mates], second[mates])
+                late_too = int(np.count_nonzero(~is_root[mates] & (elsewhere >= 0.5 * st.excess)))
+                if 2 * late_too > mates.shape[0]:
                     del out[r]
+                    is_root[r] = False
                     break
