@@ -811,7 +811,8 @@ class JobDetector:
         for r, st in roots.items():
             self._rank_hot.setdefault(r, now)
             if st.paused or quiet or gone[r]:
-                # its groups paused: the time does not count towards its hold
+                # its groups paused, the job stopped or the rank is leaving: the time does not count
+                # towards its hold
                 self._rank_hot[r] = min(now, self._rank_hot[r] + dt)
         if not roots:
             return
