@@ -557,7 +557,7 @@ class JobDetector:
             roots = self.late.analyse(now, dt, topo, self._reported_ranks("noncomm_slow"), comm_frozen, ch_excess)
             slow_cands: dict[str, Finding] = {}
             if not hangs.stuck:
-                self._straggler_findings(now, dt, roots, slow_cands)
+                self._straggler_findings(now, dt, roots, silent[: topo.world] | ended, slow_cands)
                 self._comm_findings(now, slow, healthy, slow_cands)
             self._slow_cands = slow_cands
         elif hangs.stuck:
@@ -785,8 +785,9 @@ class JobDetector:
         return ev
 
     def _straggler_findings(
-        self, now: float, dt: float, roots: dict[int, Straggler], cands: dict[str, Finding]
+        self, now: float, dt: float, roots: dict[int, Straggler], gone: np.ndarray, cands: dict[str, Finding]
     ) -> None:
+        """Stragglers confirmed now (``gone``: per rank, silent or ended)."""
         cfg, topo, late = self.cfg, self.topo, self.late
         for r in list(self._rank_hot):
             if r not in roots:
@@ -803,14 +804,13 @@ class JobDetector:
         if quiet:
             inside = np.nan_to_num(now - self.prog.since[: topo.n_slots], nan=0.0) > cfg.stale_s
             quiet = 2 * np.unique(topo.slot_rank[inside]).shape[0] > topo.world
-        # ...and so is the ring of a rank that is leaving (it said it is terminating, or went
-        # silent): when a launcher kills a job after a crash, its ranks' last buckets are what the
-        # crash left, not a straggler
-        self.live.ensure(topo.world)
-        gone = (self.live.state[: topo.world] != 0) | self.live.silent(now, cfg.silent_flushes)[: topo.world]
-        for r, st in roots.items():
+        # ...and so is the ring of a rank that is leaving (``gone``: it said it is terminating, or
+        # went silent): when a launcher kills a job after a crash, its ranks' last buckets are what
+        # the crash left, not a straggler
+        stalled = {r for r, st in roots.items() if st.paused or quiet or gone[r]}
+        for r in roots:
             self._rank_hot.setdefault(r, now)
-            if st.paused or quiet or gone[r]:
+            if r in stalled:
                 # its groups paused, the job stopped or the rank is leaving: the time does not count
                 # towards its hold
                 self._rank_hot[r] = min(now, self._rank_hot[r] + dt)
@@ -823,7 +823,7 @@ class JobDetector:
             r
             for r in roots
             if (roots[r].held or now - self._rank_hot[r] >= (cfg.hold_s if imposed[r] >= mild_w else cfg.mild_hold_s))
-            and (not (roots[r].paused or quiet or gone[r]) or r in reported)  # a pause confirms nothing new
+            and (r not in stalled or r in reported)  # a pause confirms nothing new
         ]
         nodes, singles = self._node_groups(sorted(roots))
         # a node already reported keeps every root on it (its ranks flicker in and out of the evidence)

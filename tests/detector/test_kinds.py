@@ -201,6 +201,20 @@ def test_a_straggler_in_a_job_that_mostly_checkpoints(faulty, seed) -> None:  # 
         assert res.latency[0] is not None and res.latency[0] < 12.0
 
 
+def _reported(layout: Layout, step_s: float, profile: str, fault: Fault, duration: float, seed: int) -> list[str]:
+    """Suspects named in one of the ``fresh`` suite's runs, rebuilt from its parameters."""
+    sc = Scenario(
+        name="fresh-run",
+        layout=layout,
+        workload=Workload(step_s=step_s),
+        profile=HELDOUT_PROFILES[profile],
+        faults=(fault,),
+        duration=duration,
+        seed=seed,
+    )
+    return [r.key for r in run_scenario(sc).reported]
+
+
 @pytest.mark.parametrize(
     ("fault", "seed", "key"),
     [
@@ -214,31 +228,14 @@ def test_what_a_stop_leaves_in_the_ring_names_no_straggler(fault: Fault, seed: i
     # rank crashes and the launcher kills the rest) keeps that lateness in its ring until the ring
     # runs out; with no op after it, its hold ran out too and it was named a straggler a second
     # before the hang (or the dead rank) was (ranks 8 and 5 on these seeds)
-    lay = Layout(tp=8, pp=1, dp=8)
-    sc = Scenario(
-        name="stop",
-        layout=lay,
-        workload=Workload(step_s=0.6),
-        profile=HELDOUT_PROFILES["data+"],
-        faults=(fault,),
-        duration=40.0,
-        seed=seed,
-    )
-    assert [r.key for r in run_scenario(sc).reported] == [key]
+    assert _reported(Layout(tp=8, pp=1, dp=8), 0.6, "data+", fault, 40.0, seed) == [key]
 
 
 def test_a_node_that_hangs_while_it_saves_is_the_node() -> None:
     # tp2pp4dp4 saving a checkpoint: five of node 3's ranks had written their shard and entered
     # the save's barrier when the node hung, so only three never arrive; three ranks of one host
     # stopping at once are the host's doing (they were named as three ranks)
-    lay = Layout(tp=2, pp=4, dp=4)
-    sc = Scenario(
-        name="hang-in-save",
-        layout=lay,
-        workload=Workload(step_s=0.3467),
-        profile=HELDOUT_PROFILES["checkpoint+"],
-        faults=(Fault("hang_compute", "node", nodes=(3,), onset=27.16),),
-        duration=60.0,
-        seed=2021133,
-    )
-    assert [r.key for r in run_scenario(sc).reported] == ["noncomm_hang:node:node00003"]
+    hang = Fault("hang_compute", "node", nodes=(3,), onset=27.16)
+    assert _reported(Layout(tp=2, pp=4, dp=4), 0.3467, "checkpoint+", hang, 60.0, 2021133) == [
+        "noncomm_hang:node:node00003"
+    ]
