@@ -20,6 +20,7 @@ in a slow transfer). What is left are the roots.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -768,8 +769,23 @@ class LatenessTracker:
         # collective groups that cross nodes: where a straggler (or a slow node) shows as lateness
         cross = topo.ch_cross_node()[topo.slot_ch] & (topo.ch_parent[topo.slot_ch] < 0)
         hot_in_ch = np.bincount(topo.slot_ch, hot.astype(np.float64), topo.n_channels)
+        # per channel: the largest excess of a hot member (who is later still than a given one)
+        hot_ex = np.where(hot, np.nan_to_num(self.ex_late[: hot.shape[0]], nan=0.0), -np.inf)
+        hot_max = np.full(topo.n_channels, -np.inf)
+        np.maximum.at(hot_max, topo.slot_ch[: hot.shape[0]], hot_ex)
         out: dict[int, Straggler] = {}
-        for s in cand.tolist():
+        # slots that only the time inside ops excused, while a member of their own group was later
+        # still: once the first pass has named the roots, those behind a root are judged again
+        behind: list[int] = []
+
+        def behind_a_root(s: int) -> bool:
+            lo, size = int(topo.ch_off[topo.slot_ch[s]]), int(topo.ch_size[topo.slot_ch[s]])
+            later = np.arange(lo, lo + size)[hot_ex[lo : lo + size] > hot_ex[s]]
+            return any(int(topo.slot_rank[b]) in out for b in later.tolist())
+
+        first = ((s, False) for s in cand.tolist())
+        again = ((s, True) for s in behind if behind_a_root(s))  # runs once the first pass is done
+        for s, second in itertools.chain(first, again):
             r = int(topo.slot_rank[s])
             if self.paused[s]:
                 # its group paused: the ring no longer holds what made it a root; it stays what it was
@@ -799,8 +815,12 @@ class LatenessTracker:
                 continue
             d_in = float(self.d_in[r])
             # waiting in another group on a member that is late there is that member's doing: it
-            # says nothing of whether this rank is also slow itself (two stragglers in one group)
+            # says nothing of whether this rank is also slow itself (two stragglers in one group);
+            # nor does, on the second pass, its waiting in this group on a root later still (a worse
+            # straggler beside it: all its mates wait for that one, and it waits too, a little less)
             on_other = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & (hot_in_ch[topo.slot_ch[mine]] - hot[mine] > 0)]
+            if second:
+                on_other = np.append(on_other, s)
             if on_other.shape[0]:
                 d_in -= float(np.clip(self.d_slot[on_other], 0.0, None).sum())
             if np.isfinite(d_in) and np.isfinite(self.usual_in[r]):
@@ -811,6 +831,8 @@ class LatenessTracker:
                 u = float(np.clip(1.0 - self.usual_in[r], 0.0, 1.0))
                 ex = float(self.ex_late[s]) if np.isfinite(self.ex_late[s]) else 0.0
                 if d_in > (u - 0.5) * ex:
+                    if not second and hot_max[topo.slot_ch[s]] > hot_ex[s]:
+                        behind.append(s)
                     continue
             # ...or, outright, much more waiting elsewhere than its lateness
             if float(elsewhere[s]) >= 1.5 * late_s:
