@@ -50,6 +50,8 @@ class DetectorConfig:
     uneven steps a rank is late by 10-20% for a step or two by chance, a real straggler is late in
     every step, and the latency target is for slowdowns of 1.2x and worse."""
     mild_slowdown: float = 1.2
+    root_gap_s: float = 1.0
+    """A root that drops out of the evidence this briefly keeps its ``mild_hold_s`` (the time out does not count)."""
     stage_in_drop: float = 0.02
     """A node that is a pipeline stage is slow when its ranks' share of wall-clock inside ops
     dropped by this much more than the other nodes' did (mean over its ranks against their usual,

@@ -172,6 +172,8 @@ class JobDetector:
         self._restart = -1
         self._tracks: dict[str, _Track] = {}
         self._rank_hot: dict[int, float] = {}
+        self._rank_held: dict[int, float] = {}  # ...and since when, counting brief drops out (the mild hold)
+        self._rank_out: dict[int, float] = {}  # since when a root in ``_rank_held`` has dropped out
         self._ch_slow: dict[int, float] = {}
         self.batches = 0
         self.rows = 0
@@ -491,6 +493,8 @@ class JobDetector:
         self.xfer.reset()
         self.prog.reset()
         self._rank_hot.clear()
+        self._rank_held.clear()
+        self._rank_out.clear()
         self._ch_slow.clear()
 
     # -- output ------------------------------------------------------------------------------------
@@ -792,6 +796,18 @@ class JobDetector:
         for r in list(self._rank_hot):
             if r not in roots:
                 del self._rank_hot[r]
+        # for the mild hold, a root that drops out of the evidence for ``root_gap_s`` or less keeps
+        # its time (the time out does not count): a mild straggler's lateness varies with its steps,
+        # and it flickers in and out of the roots; started afresh at every flicker, its 4 s hold
+        # never ran out. The short hold stays unbroken: a burst of GC pauses is a root for a second,
+        # gone, and back (two halves of it made one hold, and a false suspect)
+        for r in list(self._rank_held):
+            if r in roots:
+                self._rank_out.pop(r, None)
+            elif now - self._rank_out.setdefault(r, now) >= cfg.root_gap_s:
+                del self._rank_held[r], self._rank_out[r]
+            else:
+                self._rank_held[r] = min(now, self._rank_held[r] + dt)
         # the whole job has stopped (no group has had an op analysed for ``stale_s``, and most ranks
         # have been inside an op that long: a hang not yet named): what is in the ring now is what
         # the last ops left there, and it stays until the ring runs out. Like a pause, that is no
@@ -810,10 +826,12 @@ class JobDetector:
         stalled = {r for r, st in roots.items() if st.paused or quiet or gone[r]}
         for r in roots:
             self._rank_hot.setdefault(r, now)
+            self._rank_held.setdefault(r, now)
             if r in stalled:
                 # its groups paused, the job stopped or the rank is leaving: the time does not count
                 # towards its hold
                 self._rank_hot[r] = min(now, self._rank_hot[r] + dt)
+                self._rank_held[r] = min(now, self._rank_held[r] + dt)
         if not roots:
             return
         mild_w = 1.0 - 1.0 / cfg.mild_slowdown  # the share of wall-clock that slowdown costs
@@ -822,7 +840,11 @@ class JobDetector:
         confirmed = [
             r
             for r in roots
-            if (roots[r].held or now - self._rank_hot[r] >= (cfg.hold_s if imposed[r] >= mild_w else cfg.mild_hold_s))
+            if (
+                roots[r].held
+                or (imposed[r] >= mild_w and now - self._rank_hot[r] >= cfg.hold_s)
+                or now - self._rank_held[r] >= cfg.mild_hold_s
+            )
             and (r not in stalled or r in reported)  # a pause confirms nothing new
         ]
         nodes, singles = self._node_groups(sorted(roots))
