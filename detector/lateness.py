@@ -774,17 +774,20 @@ class LatenessTracker:
         hot_max = np.full(topo.n_channels, -np.inf)
         np.maximum.at(hot_max, topo.slot_ch[: hot.shape[0]], hot_ex)
         out: dict[int, Straggler] = {}
-        # slots that only the time inside ops excused, while a member of their own group was later
-        # still: once the first pass has named the roots, those behind a root are judged again
-        behind: list[int] = []
+        # slots excused only by waiting on somebody later than them: in their own group (a member
+        # later still), or elsewhere as much as their group-mates did. Once the first pass has
+        # named the roots, those that waited on roots are judged again without that excuse
+        behind: list[tuple[int, str, list[tuple[int, float]]]] = []
 
-        def behind_a_root(s: int) -> bool:
-            lo, size = int(topo.ch_off[topo.slot_ch[s]]), int(topo.ch_size[topo.slot_ch[s]])
-            later = np.arange(lo, lo + size)[hot_ex[lo : lo + size] > hot_ex[s]]
+        def root_in(ch: int, than: float) -> bool:
+            """A member of group ``ch`` later than ``than`` there is a root."""
+            lo, size = int(topo.ch_off[ch]), int(topo.ch_size[ch])
+            later = np.arange(lo, lo + size)[hot_ex[lo : lo + size] > than]
             return any(int(topo.slot_rank[b]) in out for b in later.tolist())
 
-        first = ((s, False) for s in cand.tolist())
-        again = ((s, True) for s in behind if behind_a_root(s))  # runs once the first pass is done
+        first = ((s, "") for s in cand.tolist())
+        # runs once the first pass is done
+        again = ((s, why) for s, why, on in behind if all(root_in(ch, than) for ch, than in on))
         for s, second in itertools.chain(first, again):
             r = int(topo.slot_rank[s])
             if self.paused[s]:
@@ -819,7 +822,7 @@ class LatenessTracker:
             # nor does, on the second pass, its waiting in this group on a root later still (a worse
             # straggler beside it: all its mates wait for that one, and it waits too, a little less)
             on_other = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & (hot_in_ch[topo.slot_ch[mine]] - hot[mine] > 0)]
-            if second:
+            if second == "in":
                 on_other = np.append(on_other, s)
             if on_other.shape[0]:
                 d_in -= float(np.clip(self.d_slot[on_other], 0.0, None).sum())
@@ -832,16 +835,20 @@ class LatenessTracker:
                 ex = float(self.ex_late[s]) if np.isfinite(self.ex_late[s]) else 0.0
                 if d_in > (u - 0.5) * ex:
                     if not second and hot_max[topo.slot_ch[s]] > hot_ex[s]:
-                        behind.append(s)
+                        behind.append((s, "in", [(int(topo.slot_ch[s]), float(hot_ex[s]))]))
                     continue
-            # ...or, outright, much more waiting elsewhere than its lateness
-            if float(elsewhere[s]) >= 1.5 * late_s:
-                continue
-            # ...or it waited, in another group, for a member that is late there itself
-            others = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & ~hot[mine]]
-            waited = others[(hot_in_ch[topo.slot_ch[others]] > 0) & (extra[others] > 0.2 * late_s)]
-            if waited.shape[0]:
-                continue
+            if second != "out":
+                # ...or, outright, much more waiting elsewhere than its lateness; or it waited, in
+                # another group, for a member that is late there itself
+                others = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & ~hot[mine]]
+                waited = others[(hot_in_ch[topo.slot_ch[others]] > 0) & (extra[others] > 0.2 * late_s)]
+                if float(elsewhere[s]) >= 1.5 * late_s or waited.shape[0]:
+                    # (its mates waited about as much elsewhere: on the second pass, if all it waited
+                    # on were roots, the wait they shared is not what made it later than them)
+                    on = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & (extra[mine] > 0.2 * late_s)]
+                    if not second and float(rel[s]) < 0.2 * late_s and on.shape[0]:
+                        behind.append((s, "out", [(int(c), -np.inf) for c in topo.slot_ch[on].tolist()]))
+                    continue
             ex = float(self.ex_late[s])
             got = out.get(r)
             if got is None or got.paused:

@@ -269,3 +269,19 @@ def test_a_mild_straggler_that_flickers_in_the_evidence(run, seed) -> None:  # t
         seed=seed,
     )
     _only(res, "noncomm_slow:rank:5")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_second_straggler_that_waits_elsewhere_on_the_first(run, seed) -> None:  # type: ignore[no-untyped-def]
+    # a 1.5x and, 5 s later, a 1.3x straggler at the same place of two tensor-parallel groups
+    # (nodes): the second is last in its own group and waits, in the data-parallel group they
+    # share, for the first. Its mates wait as long in theirs (for the first one's mates), so that
+    # wait is no excuse; the old code took it for one and never named the second in 45 s
+    res = run(
+        TP8PP2DP2,
+        Fault("slow_compute", "rank", ranks=(11,), factor=1.5, onset=20.0),
+        Fault("slow_compute", "rank", ranks=(3,), factor=1.3, onset=25.0),
+        seed=seed,
+    )
+    assert {r.key for r in res.reported} == {"noncomm_slow:rank:11", "noncomm_slow:rank:3"}
+    assert res.latency[1] is not None and res.latency[1] <= 8.0, res.latency
