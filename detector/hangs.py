@@ -10,7 +10,8 @@ In a stuck group, members that never entered the op (their ``entered`` is behind
 others wait for. Such a member that is itself stuck inside another op is a victim: follow it. One
 that is inside nothing is a root of a **non-communication hang** — unless it has gone silent, in
 which case liveness decides (``rank_dead``). A stuck group that every member entered and none can
-finish is a root of a **communication hang**; the place common to all stuck roots and absent from
+finish is a root of a **communication hang** — unless a member went silent or left, inside the op
+(liveness decides again); the place common to all stuck roots and absent from
 channels that still progressed after the hang began is localised like a slow link.
 """
 
@@ -198,6 +199,13 @@ class ProgressTracker:
             )
             rep.stuck.append(g)
             if not missing_m.any():
+                gone_m = gone[sl]
+                if gone_m.any():
+                    # every member entered, but one went silent (SIGSTOPped inside the op, its host
+                    # froze) or left: that is what the others wait for, and liveness decides
+                    # (``rank_dead``), not a communication hang of the place they share
+                    rep.deferred.update(members[gone_m].tolist())
+                    continue
                 rep.comm_roots.append(g)
                 continue
             for r in g.missing:
