@@ -121,6 +121,7 @@ class LatenessTracker:
         self._prev_roots: dict[int, Straggler] = {}
         self.thr = np.zeros(0)
         self.stage_run = np.zeros(0)  # per node: seconds its slow-stage evidence has held
+        self.stage_out = np.zeros(0)  # per node: seconds since that evidence last held (while run > 0)
         self.stage_z = np.full(0, np.nan)  # per node: change of its share inside ops against the other nodes'
         self.stage_late = np.full(0, np.nan)  # per node: usual lateness at its cross-node point-to-point channels
         self.stage_age = np.zeros(0)
@@ -628,6 +629,7 @@ class LatenessTracker:
         n = topo.n_slots
         n_nodes = len(topo.node_names)
         self.stage_run = _grow(self.stage_run, n_nodes, 0.0)
+        self.stage_out = _grow(self.stage_out, n_nodes, 0.0)
         self.stage_z = _grow(self.stage_z, n_nodes, np.nan)
         self.stage_late = _grow(self.stage_late, n_nodes, np.nan)
         self.stage_age = _grow(self.stage_age, n_nodes, 0.0)
@@ -690,8 +692,13 @@ class LatenessTracker:
         for j, x in enumerate((zs, d_late)):
             var[learn, j] = (1.0 - a[learn]) * (var[learn, j] + a[learn] * x[learn] ** 2)
         age[learn] += dt
-        run[:] = np.where(cond, run + dt, 0.0)
-        for node in np.flatnonzero(run >= cfg.stage_hold_s).tolist():
+        # a break of up to ``root_gap_s`` keeps the time held so far (not counted; nothing learned
+        # meanwhile): a stage slower by 10-20% swings across the line, and started afresh at every
+        # break its 6 s hold ran out rarely, while the usual it then learned took the fault in
+        gone = self.stage_out[:n_nodes]
+        gone[:] = np.where(cond, 0.0, gone + dt)
+        run[:] = np.where(cond, run + dt, np.where(gone <= cfg.root_gap_s, run, 0.0))
+        for node in np.flatnonzero(cond & (run >= cfg.stage_hold_s)).tolist():
             mine = sl[p2p_node == node]
             for r in np.unique(topo.slot_rank[mine]).tolist():
                 slots = mine[topo.slot_rank[mine] == r]
