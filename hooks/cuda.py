@@ -78,9 +78,11 @@ class CudaPoller:
         return len(still)
 
     def _run(self) -> None:
-        while True:
+        rec = self.recorder
+        while not rec.halted:
             try:
-                busy = self.poll_once()
+                with rec.torch_section() as allowed:
+                    busy = self.poll_once() if allowed else 0
             except Exception:
                 logger.debug("rankwatch: CUDA poller error", exc_info=True)
                 busy = 0

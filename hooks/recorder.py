@@ -8,6 +8,7 @@ training thread.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import signal
@@ -16,7 +17,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rankwatch.hooks.config import HooksConfig
@@ -64,6 +65,14 @@ class Recorder:
         self._final_sent = False
         self._final_done = threading.Event()
         self.restart_callbacks: list[Callable[[], Any]] = []
+        # rankwatch's threads call into torch (work queries, group sizes, the store, Flight
+        # Recorder dumps) only inside ``torch_section``, and not at all once ``halt`` has run at
+        # interpreter exit: a daemon thread that is inside a pybind call which released the GIL when
+        # the interpreter finalizes is ended by pthread_exit as it takes the GIL back, and that
+        # unwinding through pybind's noexcept destructor aborts the process
+        # ("terminate called without an active exception")
+        self._torch_lock = threading.RLock()
+        self.halted = False
 
     # -- groups -----------------------------------------------------------------------------------
     def add_group(self, pg: Any) -> Any:
@@ -173,6 +182,24 @@ class Recorder:
             self.state = "goodbye"
             self.end_reason = self.end_reason or "interpreter exit"
         self.final_batch()
+        self.halt()
+
+    @contextlib.contextmanager
+    def torch_section(self) -> Iterator[bool]:
+        """Yields whether a rankwatch thread may call into torch now; ``halt`` waits for it meanwhile."""
+        with self._torch_lock:
+            yield not self.halted
+
+    def halt(self, timeout: float = 2.0) -> None:
+        """Keep rankwatch's threads out of torch from now on (the interpreter is about to finalize).
+
+        Waits for a thread inside a ``torch_section`` to leave it, at most ``timeout`` seconds (a
+        store call to a launcher that is gone can block for longer; exit is not delayed for it).
+        """
+        got = self._torch_lock.acquire(timeout=timeout)
+        self.halted = True
+        if got:
+            self._torch_lock.release()
 
     def goodbye(self, reason: str) -> None:
         """The job ended its process group normally: not dead, finished."""

@@ -134,7 +134,7 @@ class Shipper:
 
     def _run(self) -> None:
         flush_s = self.rec.config.flush_s
-        while True:
+        while not self.rec.halted:
             self._wake.wait(flush_s)
             self._wake.clear()
             try:
@@ -154,7 +154,8 @@ class Shipper:
             if final and self.failures >= 3:
                 return False  # a collector that keeps failing must not delay the process's exit
             if self._pending is None:
-                body = self._build(final)
+                with self.rec.torch_section() as allowed:
+                    body = self._build(final) if allowed else None
                 if body is None:
                     return False
                 self._pending = body
@@ -446,7 +447,9 @@ class Shipper:
         self._seen_commands.add(cid)
         kind = cmd.get("type")
         if kind == "dump_flight_recorder":
-            self._attachments["flight_recorder"] = {"command": cid, "trace": _dump_flight_recorder()}
+            with self.rec.torch_section() as allowed:
+                trace = _dump_flight_recorder() if allowed else None
+            self._attachments["flight_recorder"] = {"command": cid, "trace": trace}
             self._done_commands.append(cid)
             self.wake()
         elif kind == "exit":
