@@ -792,6 +792,15 @@ class LatenessTracker:
             later = np.arange(lo, lo + size)[hot_ex[lo : lo + size] > than]
             return any(int(topo.slot_rank[b]) in out for b in later.tolist())
 
+        rel_hot = np.zeros(0)
+
+        def shared_wait() -> np.ndarray:
+            """Per slot: its rank's time inside other groups that have a late member, over its mates'."""
+            on_hot = (hot_in_ch[topo.slot_ch] - hot) > 0
+            x = np.where(on_hot, extra, 0.0)
+            w = np.bincount(topo.slot_rank, x, topo.world)[topo.slot_rank] - x
+            return w - self._lower_median(w, topo)
+
         first = ((s, "") for s in cand.tolist())
         # runs once the first pass is done
         again = ((s, why) for s, why, on in behind if all(root_in(ch, than) for ch, than in on))
@@ -843,6 +852,16 @@ class LatenessTracker:
                 if d_in > (u - 0.5) * ex:
                     if not second and hot_max[topo.slot_ch[s]] > hot_ex[s]:
                         behind.append((s, "in", [(int(topo.slot_ch[s]), float(hot_ex[s]))]))
+                    continue
+            if second == "out":
+                # ...but a wait on somebody late that its mates here did not share is passed on:
+                # the tensor-parallel mates of a straggler wait for it and reach their data-parallel
+                # reduces late together, where their mates (other nodes) waited on nobody. Their
+                # waits overall, jitter included, can be as long by chance, which let them through
+                # as second stragglers; a second straggler's mates wait on late members as it does
+                if not rel_hot.shape[0]:
+                    rel_hot = shared_wait()
+                if float(rel_hot[s]) >= self.cfg.explain_k * late_s:
                     continue
             if second != "out":
                 # ...or, outright, much more waiting elsewhere than its lateness; or it waited, in

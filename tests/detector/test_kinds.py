@@ -287,6 +287,24 @@ def test_a_second_straggler_that_waits_elsewhere_on_the_first(run, seed) -> None
     assert res.latency[1] is not None and res.latency[1] <= 8.0, res.latency
 
 
+@pytest.mark.parametrize("seed", [24, 26])
+def test_the_tensor_parallel_mates_of_a_straggler_are_its_victims(run, seed) -> None:  # type: ignore[no-untyped-def]
+    # a 1.15x rank in a node-wide tensor-parallel group, GC pauses everywhere: its seven mates wait
+    # for it there and so reach their data-parallel reduces late together. Excused at first for
+    # that wait, they were judged again once the straggler was a root (as a second straggler that
+    # waits on the first is), and in evaluations where their data-parallel mates' own waiting
+    # happened to be as large, named: the node at 48 s on seed 24, the node instead of the rank on
+    # seed 26. Lateness no larger than what the root costs the group they waited in is passed on
+    res = run(
+        Layout(tp=8, pp=1, dp=4),
+        Fault("slow_compute", "rank", ranks=(20,), factor=1.15, onset=20.0),
+        profile="gc",
+        duration=50.0,
+        seed=seed,
+    )
+    _only(res, "noncomm_slow:rank:20")
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_a_slow_stage_that_swings_across_the_line_is_named(run, seed) -> None:  # type: ignore[no-untyped-def]
     # a 1.2x node that is a pipeline stage, in a job with every kind of jitter: its two signs
