@@ -67,7 +67,8 @@ class DetectorConfig:
     stage_tau_s: float = 3.0
     stage_usual_s: float = 30.0
     link_hold_s: float = 3.0
-    """A slow link that one of its nodes' NICs explains as well is held this much longer first."""
+    """A slow place seen between two nodes only, other than a link alone (a link one of its nodes'
+    NICs explains as well, a GPU's NIC, the pair of nodes), is held this much longer first."""
     release_s: float = 6.0
     """A reported suspect resolves after its evidence has been gone this long."""
     comm_ratio: float = 1.12

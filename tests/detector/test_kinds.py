@@ -287,6 +287,27 @@ def test_a_second_straggler_that_waits_elsewhere_on_the_first(run, seed) -> None
     assert res.latency[1] is not None and res.latency[1] <= 8.0, res.latency
 
 
+@pytest.mark.parametrize("seed", [1, 5])
+def test_the_first_channel_of_a_slow_link_does_not_name_a_gpu(seed: int) -> None:
+    # a 5x slow link between two pipeline stages in a noisy job: its channels are judged slow one
+    # after another, and the first alone looked like the NIC of one GPU, named (with another, on
+    # seed 1) three seconds before the link. A place seen between two nodes only is held as a
+    # link one of its nodes' NICs explains is (``link_hold_s``)
+    lay = Layout(tp=2, pp=4, dp=4)
+    sc = Scenario(
+        name="link",
+        layout=lay,
+        workload=Workload.for_rate(30.0, lay),
+        profile=HELDOUT_PROFILES["cpu_noise+"],
+        faults=(Fault("slow_comm", "link", nodes=(0, 1), factor=5.0, onset=25.0),),
+        duration=45.0,
+        seed=seed,
+    )
+    res = run_scenario(sc)
+    _only(res, "comm_slow:link:node00000|node00001")
+    assert res.latency[0] <= 6.0, res.latency
+
+
 @pytest.mark.parametrize("seed", [24, 26])
 def test_the_tensor_parallel_mates_of_a_straggler_are_its_victims(run, seed) -> None:  # type: ignore[no-untyped-def]
     # a 1.15x rank in a node-wide tensor-parallel group, GC pauses everywhere: its seven mates wait
