@@ -315,7 +315,7 @@ def test_the_tensor_parallel_mates_of_a_straggler_are_its_victims(run, seed) -> 
     # that wait, they were judged again once the straggler was a root (as a second straggler that
     # waits on the first is), and in evaluations where their data-parallel mates' own waiting
     # happened to be as large, named: the node at 48 s on seed 24, the node instead of the rank on
-    # seed 26. Lateness no larger than what the root costs the group they waited in is passed on
+    # seed 26. A wait on a late member that their mates did not share is passed on
     res = run(
         Layout(tp=8, pp=1, dp=4),
         Fault("slow_compute", "rank", ranks=(20,), factor=1.15, onset=20.0),
