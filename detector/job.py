@@ -955,12 +955,11 @@ class JobDetector:
             if w < cfg.comm_min_effect:
                 continue
             base = self._base("comm_slow", cul.level, cul.ranks, cul.nodes, cul.link)
-            between = {int(x) for ch in cul.channels for x in topo.node_of[topo.ch_members[ch]].tolist()}
             if (
-                (cul.level != "link" or {p[0] for p in cul.places} & {"nic", "rnic"})
-                and len(between) == 2
-                and base["key"] not in self._tracks
+                base["key"] not in self._tracks
                 and now - min(self._ch_slow[ch] for ch in cul.channels) < cfg.hold_s + cfg.link_hold_s
+                and (cul.level != "link" or {p[0] for p in cul.places} & {"nic", "rnic"})
+                and np.unique(topo.node_of[np.concatenate([topo.ch_members[ch] for ch in cul.channels])]).shape[0] == 2
             ):
                 # seen between two nodes only, and not as a link alone: a link that a NIC at one end
                 # explains as well (the NIC's other channels may not have been judged yet: a slow

@@ -748,6 +748,11 @@ class LatenessTracker:
         return self._by_size[1]
 
     @staticmethod
+    def _elsewhere(x: np.ndarray, topo: Topology) -> np.ndarray:
+        """Per slot: ``x`` summed over its rank's other slots."""
+        return np.bincount(topo.slot_rank, x, topo.world)[topo.slot_rank] - x
+
+    @staticmethod
     def _ring_sum(arr: np.ndarray, n: int) -> np.ndarray:
         """Per slot: one bucket ring (lateness, time inside or ops) summed over all kept buckets."""
         return arr[:n].sum(axis=1, dtype=np.float64)
@@ -768,8 +773,7 @@ class LatenessTracker:
         wl = self._ring_sum(self.bl, topo.n_slots)
         # ``extra``: seconds inside ops beyond each slot's own per-op baseline and its usual
         # waiting, over one common recent window
-        total = np.bincount(topo.slot_rank, extra, topo.world)
-        elsewhere = total[topo.slot_rank] - extra  # per slot: its rank's extra inside other groups' ops
+        elsewhere = self._elsewhere(extra, topo)  # per slot: its rank's extra inside other groups' ops
         # ...compared with what the other members of the same group spent elsewhere at the same time:
         # ranks that all waited on the same upstream delay are equals; the one that is later still is not
         rel = elsewhere - self._lower_median(elsewhere, topo)
@@ -792,15 +796,9 @@ class LatenessTracker:
             later = np.arange(lo, lo + size)[hot_ex[lo : lo + size] > than]
             return any(int(topo.slot_rank[b]) in out for b in later.tolist())
 
-        rel_hot = np.zeros(0)
-
-        def shared_wait() -> np.ndarray:
-            """Per slot: its rank's time inside other groups that have a late member, over its mates'."""
-            on_hot = (hot_in_ch[topo.slot_ch] - hot) > 0
-            x = np.where(on_hot, extra, 0.0)
-            w = np.bincount(topo.slot_rank, x, topo.world)[topo.slot_rank] - x
-            return w - self._lower_median(w, topo)
-
+        # per slot: its rank's extra inside other groups that have a late member, over its mates'
+        # (made when a second pass first needs it)
+        rel_hot: np.ndarray | None = None
         first = ((s, "") for s in cand.tolist())
         # runs once the first pass is done
         again = ((s, why) for s, why, on in behind if all(root_in(ch, than) for ch, than in on))
@@ -859,8 +857,9 @@ class LatenessTracker:
                 # reduces late together, where their mates (other nodes) waited on nobody. Their
                 # waits overall, jitter included, can be as long by chance, which let them through
                 # as second stragglers; a second straggler's mates wait on late members as it does
-                if not rel_hot.shape[0]:
-                    rel_hot = shared_wait()
+                if rel_hot is None:
+                    w = self._elsewhere(np.where(hot_in_ch[topo.slot_ch] - hot > 0, extra, 0.0), topo)
+                    rel_hot = w - self._lower_median(w, topo)
                 if float(rel_hot[s]) >= self.cfg.explain_k * late_s:
                     continue
             if second != "out":

@@ -12,14 +12,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from paging_support import Receiver, Reply
 from support import SCRIPTS, Service, clean_env, kill_tree
 
 pytestmark = pytest.mark.torchrun
@@ -218,25 +217,6 @@ def test_exit_at_a_sequence_number_checkpoints_on_every_rank(service: Service, t
         kill_tree(proc)
 
 
-class _Sink(BaseHTTPRequestHandler):
-    """A collector that answers every batch at once, so the shipper never backs off."""
-
-    protocol_version = "HTTP/1.1"
-    batches = 0
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        type(self).batches += 1
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 def test_exit_while_the_shipper_is_inside_torch_does_not_abort(run_torchrun: Any) -> None:
     """rankwatch's threads stay out of torch once the interpreter finalizes.
 
@@ -245,16 +225,15 @@ def test_exit_while_the_shipper_is_inside_torch_does_not_abort(run_torchrun: Any
     called without an active exception"): 6 of 10 runs of this job before the fix, 1 in 40 of
     an FSDP2 job at the default interval.
     """
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    sink = Receiver(default=Reply(200, {"Content-Type": "application/json"}, b"{}"))  # never backs off
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+        url = f"http://127.0.0.1:{sink.port}"
         for attempt in range(4):
-            before = _Sink.batches
+            before = len(sink.requests)
             env = clean_env(RANKWATCH=url, RANKWATCH_JOB=f"busy-{attempt}", RANKWATCH_FLUSH_S="0.001")
             run = run_torchrun(SCRIPTS / "busy_exit.py", "out", nproc=2, env=env)
             assert run.returncode == 0, f"attempt {attempt}: {run.output[-3000:]}"
             assert run.output.count("trained") == 2, run.output[-3000:]  # both ranks got to the end
-            assert _Sink.batches - before >= 20  # the shipper really was busy
+            assert len(sink.requests) - before >= 20  # the shipper really was busy
     finally:
-        server.shutdown()
+        sink.close()
