@@ -69,6 +69,11 @@ class DetectorConfig:
     link_hold_s: float = 3.0
     """A slow place seen between two nodes only, other than a link alone (a link one of its nodes'
     NICs explains as well, a GPU's NIC, the pair of nodes), is held this much longer first."""
+    barrier_gap_s: float = 1.0
+    """An op of a group that spans the whole job, after this long without one, is judged on its own
+    (a barrier after a checkpoint's save: see ``barriers.py``)..."""
+    barrier_keep_s: float = 60.0
+    """...and such ops are kept this long."""
     release_s: float = 6.0
     """A reported suspect resolves after its evidence has been gone this long."""
     comm_ratio: float = 1.12

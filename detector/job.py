@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rankwatch.detector.barriers import BarrierTracker
 from rankwatch.detector.cells import PENDING_DTYPE, CellTable, cell_key, cell_stats, key_block
 from rankwatch.detector.config import DetectorConfig
 from rankwatch.detector.finding import Finding
@@ -163,6 +164,7 @@ class JobDetector:
         self.cells = CellTable()
         self.late = LatenessTracker(self.cfg)
         self.xfer = TransferTracker(self.cfg)
+        self.barriers = BarrierTracker(self.cfg)
         self.prog = ProgressTracker(self.cfg)
         self.live = Liveness(self.cfg)
         self._started = float("nan")
@@ -491,6 +493,7 @@ class JobDetector:
         self.cells.clear()
         self.late.reset()
         self.xfer.reset()
+        self.barriers.reset()
         self.prog.reset()
         self._rank_hot.clear()
         self._rank_held.clear()
@@ -536,6 +539,7 @@ class JobDetector:
         )
         first_row = np.flatnonzero(np.r_[True, np.diff(ready["key"]) != 0]) if len(st) else np.zeros(0, np.int64)
         self.prog.observe_cells(now, st, (blk[first_row] + 1) * topo.ch_block[st.c_ch])
+        self.barriers.update(st, topo, blk[first_row])
         # transfers first: channels slow now (or reported slow) freeze lateness baselines, and
         # ranks on them are not stragglers (their lateness is the slow transfer's)
         frozen = np.zeros(n_ch, bool)
@@ -562,6 +566,7 @@ class JobDetector:
             slow_cands: dict[str, Finding] = {}
             if not hangs.stuck:
                 self._straggler_findings(now, dt, roots, silent[: topo.world] | ended, slow_cands)
+                self._barrier_findings(now, silent[: topo.world] | ended, slow_cands)
                 self._comm_findings(now, slow, healthy, slow_cands)
             self._slow_cands = slow_cands
         elif hangs.stuck:
@@ -910,6 +915,41 @@ class JobDetector:
                     "groups": ev_groups,
                     "window_s": RECENT_BUCKETS * cfg.bucket_s,
                     "threshold_s_per_s": round(thr, 4),
+                },
+            )
+
+    def _barrier_findings(self, now: float, gone: np.ndarray, cands: dict[str, Finding]) -> None:
+        """Stragglers that held up most of the job's recent barriers (``barriers.py``).
+
+        A place the bucketed analysis already names is left to it; a node found here takes the
+        place of its ranks named there (the barriers see all of them, the buckets only some).
+        """
+        topo = self.topo
+        for b in self.barriers.analyse(now, topo):
+            if gone[b.ranks].any():
+                continue
+            named = [k for k, f in cands.items() if f.kind == "noncomm_slow" and set(f.ranks) & set(b.ranks)]
+            if b.level == "rank" and named:
+                continue
+            if b.level == "node" and any(cands[k].level == "node" for k in named):
+                continue
+            for k in named:
+                del cands[k]
+            score = float(min(0.99, 0.5 + 0.5 * (1.0 - np.exp(-(b.w / self.cfg.min_effect - 1.0)))))
+            base = self._base("noncomm_slow", b.level, b.ranks, [b.node], None)
+            cands[base["key"]] = Finding(
+                **base,
+                score=round(score, 3),
+                slowdown=round(1.0 / (1.0 - min(0.95, b.w)), 4),
+                first_seen=b.onset,
+                detected_at=now,
+                evidence={
+                    "barriers": {
+                        "group": topo.ch_name[b.channel],
+                        "desc": topo.ch_desc[b.channel],
+                        "ops": b.ops,
+                        "waited_s_per_s": round(b.w, 4),
+                    }
                 },
             )
 
