@@ -22,6 +22,11 @@ waited for it longer than for anybody else by more than half the op's median lat
 Either only when what the job waited on it there (the time it arrived after everybody else,
 summed over those ops) is at least ``min_effect`` of the wall-clock they span.
 
+What a group's first three such ops show is how the job runs: a place that held up two of them
+(rank 0 alone writes the checkpoint, or logs, while the others wait) is never named here, and
+nothing is named before those three have been seen. A straggler slow from the start is left to
+``lateness.py``.
+
 Between two such ops the ranks do their own work (write a shard, train), so a rank late there is
 late of its own, with one exception not guarded against: an op that directly follows the end of
 a step finds the ranks that finished the step last (a pipeline's last stage to drain) late
@@ -44,6 +49,7 @@ from rankwatch.detector.topology import Topology
 __all__ = ["BarrierStraggler", "BarrierTracker"]
 
 _KEEP = 4  # newest rare ops kept per group
+_LEARN = 3  # a group's first rare ops: a place that held up most of them is how the job runs
 _MIN_WORLD = 8  # fewer ranks than this: one of them is far later than the rest by chance too often
 _RANK_NEED = (3, 4)  # a rank: held up 3 of the last 4...
 _RANK_STRONG = (2, 3)  # ...or 2 of the last 3 by more than the op's median lateness
@@ -115,6 +121,7 @@ class BarrierStraggler:
     w: float  # share of wall-clock the job waited on it at those ops
     onset: float
     ops: list[dict[str, float]] = field(default_factory=list)
+    member: int = -1  # a rank's index in the group
 
 
 class BarrierTracker:
@@ -124,10 +131,14 @@ class BarrierTracker:
         self.cfg = cfg
         self.last_t: dict[int, float] = {}
         self.ops: dict[int, deque[_Op]] = {}
+        self.first: dict[int, list[_Op]] = {}  # a group's first rare ops...
+        self.usual: dict[int, tuple[set[int], set[int]]] = {}  # ...and who held them up (members, nodes)
 
     def reset(self) -> None:
         self.last_t.clear()
         self.ops.clear()
+        self.first.clear()
+        self.usual.clear()
 
     def update(self, st: CellStats, topo: Topology, blocks: np.ndarray) -> None:
         """Take the analysed blocks of whole-job collective groups (``blocks``: per cell, its index)."""
@@ -155,6 +166,11 @@ class BarrierTracker:
                 float(st.c_t[c]), float(first[c] - prev), int(blocks[c]), late, topo.node_of[topo.ch_members[ch]]
             )
             self.ops.setdefault(ch, deque(maxlen=_KEEP)).append(op)
+            seen = self.first.setdefault(ch, [])
+            if len(seen) < _LEARN:
+                seen.append(op)
+                if len(seen) == _LEARN:
+                    self.usual[ch] = self._learn(seen)
 
     def analyse(self, now: float, topo: Topology) -> list[BarrierStraggler]:
         """Ranks and nodes that held up enough of their group's newest rare ops, as of ``now``."""
@@ -165,14 +181,31 @@ class BarrierTracker:
             if not ring:
                 del self.ops[ch]
                 continue
+            usual = self.usual.get(ch)
+            if usual is None:  # still learning who holds its ops up anyway
+                continue
             ops = list(ring)
             members = topo.ch_members[ch]
-            found = self._nodes(ch, ops, members, topo.node_of[members])
+            found = [b for b in self._nodes(ch, ops, members, topo.node_of[members]) if b.node not in usual[1]]
             out += found
             rank = self._rank(ch, ops, members, topo.node_of[members])
-            if rank is not None and rank.node not in {b.node for b in found}:
+            if rank is not None and rank.node not in {b.node for b in found} and rank.member not in usual[0]:
                 out.append(rank)
         return out
+
+    @staticmethod
+    def _learn(first: list[_Op]) -> tuple[set[int], set[int]]:
+        """The members and nodes that held up most of a group's first rare ops: that is how the job
+        runs (rank 0 alone writes the checkpoint, or logs, while the rest wait), not a fault."""
+        ranks: dict[int, int] = {}
+        nodes: dict[int, int] = {}
+        for op in first:
+            if op.top_gap > op.bar() > 0.0:
+                ranks[op.top] = ranks.get(op.top, 0) + 1
+            for n in op.nodes[op.node_gap > op.bar()].tolist():
+                nodes[int(n)] = nodes.get(int(n), 0) + 1
+        need = len(first) // 2 + 1
+        return {r for r, c in ranks.items() if c >= need}, {n for n, c in nodes.items() if c >= need}
 
     def _verdict(
         self, ops: list[_Op], gap: np.ndarray, need: tuple[int, int], k_bar: float = 1.0
@@ -235,4 +268,4 @@ class BarrierTracker:
         v = self._verdict(ops, gap, _RANK_NEED) or self._verdict(ops, gap, _RANK_STRONG, 2.0)
         if v is None:
             return None
-        return BarrierStraggler("rank", [int(members[i])], int(node_of[i]), ch, v[0], v[1], v[2])
+        return BarrierStraggler("rank", [int(members[i])], int(node_of[i]), ch, v[0], v[1], v[2], member=i)
