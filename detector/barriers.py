@@ -82,7 +82,7 @@ class _Op:
         np.maximum.at(node_max, idx, late)
         node_gap = np.zeros(k)
         if k > 1:
-            first, second = np.sort(node_max)[-1], np.sort(node_max)[-2]
+            second, first = np.sort(node_max)[-2:]
             best = node_max == first
             node_gap[best] = first - second if best.sum() == 1 else 0.0
         # Mann-Whitney: the sum of a node's members' ranks, against what n1 of n draws average
@@ -108,6 +108,11 @@ class _Op:
     def bar(self) -> float:
         """A place held this op up when the others waited for it this much longer than for anybody else."""
         return 0.5 * self.median
+
+
+def _held_up(ops: list[_Op], gap: np.ndarray, k_bar: float = 1.0) -> np.ndarray:
+    """Per op: whether a place that held it up ``gap`` seconds (against the others) held it up."""
+    return np.array([g > k_bar * op.bar() > 0.0 for op, g in zip(ops, gap, strict=True)], bool)
 
 
 @dataclass(slots=True)
@@ -216,7 +221,7 @@ class BarrierTracker:
         if len(ops) < k:
             return None
         ops, gap = ops[-of:], gap[-of:]
-        held = np.array([g > k_bar * op.bar() > 0.0 for op, g in zip(ops, gap, strict=True)])
+        held = _held_up(ops, gap, k_bar)
         if not held[-1] or int(held.sum()) < k:
             return None
         span = ops[-1].t - ops[0].t + ops[0].gap
@@ -253,7 +258,7 @@ class BarrierTracker:
             # lateness ranks above the others' (a node slower by a few tenths of the save's
             # spread does, one slow rank on it does not)
             last = ops[-_NODE_NEED[1] :]
-            held = np.array([g > op.bar() > 0.0 for op, g in zip(last, gap[-len(last) :], strict=True)])
+            held = _held_up(last, gap[-len(last) :])
             if float(z[-len(last) :][held].sum()) / np.sqrt(max(1, int(held.sum()))) < _NODE_Z:
                 continue
             v = self._verdict(ops, gap, _NODE_NEED)

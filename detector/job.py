@@ -39,6 +39,11 @@ _SEND, _RECV = int(OpKind.SEND), int(OpKind.RECV)
 _RECORD_FIELDS = ("group", "kind", "dtype", "peer", "seq", "nbytes", "t_enter", "t_start", "t_end")
 
 
+def _score(w: float, threshold: float) -> float:
+    """A straggler's confidence: 0.5 at its threshold, towards 0.99 as its cost ``w`` grows past it."""
+    return float(min(0.99, 0.5 + 0.5 * (1.0 - np.exp(-(w / max(threshold, 1e-9) - 1.0)))))
+
+
 def _max_per(idx: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each distinct index and the largest of its values (nan if any is nan, as ``np.maximum``)."""
     o = np.lexsort((v, idx))
@@ -903,7 +908,7 @@ class JobDetector:
                             },
                         }
                     )
-            score = float(min(0.99, 0.5 + 0.5 * (1.0 - np.exp(-(w / max(thr, 1e-9) - 1.0)))))
+            score = _score(w, thr)
             base = self._base("noncomm_slow", level, rs, ns, None)
             cands[base["key"]] = Finding(
                 **base,
@@ -935,7 +940,7 @@ class JobDetector:
                 continue
             for k in named:
                 del cands[k]
-            score = float(min(0.99, 0.5 + 0.5 * (1.0 - np.exp(-(b.w / self.cfg.min_effect - 1.0)))))
+            score = _score(b.w, self.cfg.min_effect)
             base = self._base("noncomm_slow", b.level, b.ranks, [b.node], None)
             cands[base["key"]] = Finding(
                 **base,
