@@ -847,12 +847,20 @@ class JobDetector:
         mild_w = 1.0 - 1.0 / cfg.mild_slowdown  # the share of wall-clock that slowdown costs
         imposed = {r: self._imposed(r) for r in roots}
         reported = self._reported_ranks("noncomm_slow")
+        # the short hold: a straggler whose own fluctuation is learned in every group it is late in
+        # (its threshold is its own), with twice the evidence that made it a root
+        fast = {
+            r: bool(st.slots)
+            and bool((late.noise_age[st.slots] >= cfg.noise_warm_s).all())
+            and float(late.cusum[st.slots].max()) >= 2 * cfg.cusum_h
+            for r, st in roots.items()
+        }
         confirmed = [
             r
             for r in roots
             if (
                 roots[r].held
-                or (imposed[r] >= mild_w and now - self._rank_hot[r] >= cfg.hold_s)
+                or (imposed[r] >= mild_w and now - self._rank_hot[r] >= (cfg.fast_hold_s if fast[r] else cfg.hold_s))
                 or now - self._rank_held[r] >= cfg.mild_hold_s
             )
             and (r not in stalled or r in reported)  # a pause confirms nothing new
@@ -981,7 +989,13 @@ class JobDetector:
                 del self._ch_slow[ch]
         for ch in slow_ch:
             self._ch_slow.setdefault(ch, now)
-        confirmed = [ch for ch in slow_ch if now - self._ch_slow[ch] >= cfg.hold_s]
+        # a channel slow past its first seconds by twice the evidence it needs is held the short hold
+        strong = self.xfer.strong
+        confirmed = [
+            ch
+            for ch in slow_ch
+            if now - self._ch_slow[ch] >= (cfg.fast_hold_s if ch < strong.shape[0] and strong[ch] else cfg.hold_s)
+        ]
         if not confirmed:
             return
         healthy_ch = self._near(confirmed, np.flatnonzero(healthy).tolist())
