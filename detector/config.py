@@ -50,7 +50,7 @@ class DetectorConfig:
     the evidence (``cusum_h``) that made it a root, late in groups where its own fluctuation has
     been learned for ``noise_warm_s`` (its threshold is then its own: a rank given to clusters of
     GC pauses has learned a wider one; before that, the threshold is a floor such a cluster
-    crosses for a second or so); and a channel slow past ``comm_warm_s`` by twice ``comm_z``."""
+    crosses for a second or so). Slow channels keep ``hold_s`` (see docs/decisions.md)."""
     mild_hold_s: float = 4.0
     """...and a straggler that slows the job less than ``mild_slowdown`` this long: in a job with
     uneven steps a rank is late by 10-20% for a step or two by chance, a real straggler is late in

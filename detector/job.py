@@ -989,13 +989,7 @@ class JobDetector:
                 del self._ch_slow[ch]
         for ch in slow_ch:
             self._ch_slow.setdefault(ch, now)
-        # a channel slow past its first seconds by twice the evidence it needs is held the short hold
-        strong = self.xfer.strong
-        confirmed = [
-            ch
-            for ch in slow_ch
-            if now - self._ch_slow[ch] >= (cfg.fast_hold_s if ch < strong.shape[0] and strong[ch] else cfg.hold_s)
-        ]
+        confirmed = [ch for ch in slow_ch if now - self._ch_slow[ch] >= cfg.hold_s]
         if not confirmed:
             return
         healthy_ch = self._near(confirmed, np.flatnonzero(healthy).tolist())

@@ -70,7 +70,6 @@ class TransferTracker:
         self.base_s = np.zeros(0)
         self.now_s = np.zeros(0)
         self.established = np.zeros(0, bool)
-        self.strong = np.zeros(0, bool)
         self.se = np.zeros(0)
 
     def reset(self) -> None:
@@ -249,7 +248,4 @@ class TransferTracker:
             & (self.slow_frac >= 0.5)
         )
         healthy = enough & self.established & (self.ratio <= cfg.comm_healthy_ratio)
-        # slow past its first seconds, by twice the standard errors that make it slow: held only
-        # ``fast_hold_s`` (see ``JobDetector._comm_findings``)
-        self.strong = slow & ~young & (np.log(self.ratio) >= 2.0 * cfg.comm_z * self.se)
         return slow, healthy
