@@ -109,10 +109,14 @@ class _Op:
         """A place held this op up when the others waited for it this much longer than for anybody else."""
         return 0.5 * self.median
 
+    def held(self, gap: float, k_bar: float = 1.0) -> bool:
+        """Whether a place the others waited for ``gap`` seconds longer than for anybody else held it up."""
+        return gap > k_bar * self.bar() > 0.0
+
 
 def _held_up(ops: list[_Op], gap: np.ndarray, k_bar: float = 1.0) -> np.ndarray:
     """Per op: whether a place that held it up ``gap`` seconds (against the others) held it up."""
-    return np.array([g > k_bar * op.bar() > 0.0 for op, g in zip(ops, gap, strict=True)], bool)
+    return np.array([op.held(g, k_bar) for op, g in zip(ops, gap, strict=True)], bool)
 
 
 @dataclass(slots=True)
@@ -136,8 +140,8 @@ class BarrierTracker:
         self.cfg = cfg
         self.last_t: dict[int, float] = {}
         self.ops: dict[int, deque[_Op]] = {}
-        self.first: dict[int, list[_Op]] = {}  # a group's first rare ops...
-        self.usual: dict[int, tuple[set[int], set[int]]] = {}  # ...and who held them up (members, nodes)
+        self.first: dict[int, list[_Op]] = {}  # a group's first rare ops, until learned...
+        self.usual: dict[int, tuple[set[int], set[int]]] = {}  # ...who held them up (members, nodes)
 
     def reset(self) -> None:
         self.last_t.clear()
@@ -171,11 +175,11 @@ class BarrierTracker:
                 float(st.c_t[c]), float(first[c] - prev), int(blocks[c]), late, topo.node_of[topo.ch_members[ch]]
             )
             self.ops.setdefault(ch, deque(maxlen=_KEEP)).append(op)
-            seen = self.first.setdefault(ch, [])
-            if len(seen) < _LEARN:
+            if ch not in self.usual:
+                seen = self.first.setdefault(ch, [])
                 seen.append(op)
                 if len(seen) == _LEARN:
-                    self.usual[ch] = self._learn(seen)
+                    self.usual[ch] = self._learn(self.first.pop(ch))
 
     def analyse(self, now: float, topo: Topology) -> list[BarrierStraggler]:
         """Ranks and nodes that held up enough of their group's newest rare ops, as of ``now``."""
@@ -205,7 +209,7 @@ class BarrierTracker:
         ranks: dict[int, int] = {}
         nodes: dict[int, int] = {}
         for op in first:
-            if op.top_gap > op.bar() > 0.0:
+            if op.held(op.top_gap):
                 ranks[op.top] = ranks.get(op.top, 0) + 1
             for n in op.nodes[op.node_gap > op.bar()].tolist():
                 nodes[int(n)] = nodes.get(int(n), 0) + 1
