@@ -84,6 +84,7 @@ class LatenessTracker:
         self.base_dur = np.full(0, np.nan)
         self.noise = np.full(0, np.nan)  # usual fluctuation of the excess lateness (s/s)
         self.level = np.full(0, np.nan)  # ...around this running level of it
+        self.pend = np.zeros((0, 3))  # per slot: samples held back while its evidence is open (sum a, a*d, a*d*d)
         self.onset = np.full(0, np.nan)
         self.first_data = np.full(0, np.nan)
         self.judged = np.full(0, np.nan)  # per slot: server time it was last judged (had enough recent data)
@@ -144,6 +145,10 @@ class LatenessTracker:
         self.base_age = _grow(self.base_age, n, 0.0)
         self.extra_age = _grow(self.extra_age, n, 0.0)
         self.noise_age = _grow(self.noise_age, n, 0.0)
+        if self.pend.shape[0] < n:
+            pend = np.zeros((max(n, 2 * self.pend.shape[0]), 3))
+            pend[: self.pend.shape[0]] = self.pend
+            self.pend = pend
         self.ncells = _grow(self.ncells, n, 0.0)
         self.onset_seq = _grow(self.onset_seq, n, 0)
         self.hot = _grow(self.hot, n, False)
@@ -525,8 +530,32 @@ class LatenessTracker:
         # slow from the start) the newest sample stands alone, so start-up swings are not kept
         d = np.clip(ex_late[upd] - lv[upd], -3.0 * thr[upd], 3.0 * thr[upd])
         au = a[upd]
-        lv[upd] += au * d
-        nz[upd] = np.sqrt((1.0 - au) * (nz[upd] ** 2 + au * d * d))
+        # while a slot's evidence is open (its CUSUM above zero) its samples are held back: a
+        # straggler's first seconds, before its evidence adds up, are no fluctuation to learn (they
+        # doubled its threshold in a few seconds, and it dropped out of the roots). They are learned
+        # once the evidence closes without the rank being named (a cluster of GC pauses is learned,
+        # a few seconds late), and dropped if it was named
+        pend = self.pend[:n]
+        # ...unless transfers somewhere in the job are slow: the lateness then shifts as their
+        # consequence, far from the slow channels too (learned, the shift was never a straggler)
+        slow_net = frozen_ch is not None and bool(frozen_ch[: topo.n_channels].any())
+        held = (cs[upd] > 0) & (not slow_net)
+        iu = np.flatnonzero(upd)
+        ih = iu[held]
+        pend[ih, 0] += au[held]
+        pend[ih, 1] += au[held] * d[held]
+        pend[ih, 2] += au[held] * d[held] ** 2
+        go = ~held
+        lv[iu[go]] += au[go] * d[go]
+        nz[iu[go]] = np.sqrt((1.0 - au[go]) * (nz[iu[go]] ** 2 + au[go] * d[go] ** 2))
+        closed = ((cs == 0) | slow_net) & ~hot & (pend[:, 0] > 0)
+        dropped = closed & kept
+        commit = np.flatnonzero(closed & ~dropped & np.isfinite(nz))
+        if commit.shape[0]:
+            pa = np.minimum(pend[commit, 0], 1.0)
+            lv[commit] += pend[commit, 1]
+            nz[commit] = np.sqrt(np.maximum((1.0 - pa) * nz[commit] ** 2 + pend[commit, 2], 0.0))
+        pend[closed] = 0.0
         n_age[ok] += dt
         self.late_rate, self.dur_rate, self.ex_late, self.ex_dur = late, dur, ex_late, ex_dur
         self.imposed = imposed

@@ -429,3 +429,43 @@ def test_a_rank_late_by_chance_in_uneven_steps_waits_for_the_full_hold() -> None
     # for twice the evidence that made it a root, which a chance lateness has not gathered by then
     fault = Fault("slow_compute", "rank", ranks=(52,), factor=1.5, onset=18.4639, flap=(6.0, 6.0))
     assert _reported(Layout(tp=8, pp=1, dp=8), 0.6, "data+", fault, 40.0, 1020307) == ["noncomm_slow:rank:52"]
+
+
+def test_a_second_straggler_is_named_though_the_first_slowed_everybody() -> None:
+    # fresh-two_stragglers-004 (tp8dp8, data-dependent steps): rank 34 slows to 1.5x, rank 10 (same
+    # data-parallel groups) to 1.3x five seconds later. Rank 10's lateness in its groups rose from
+    # 0.03 to 0.15-0.2 s a second; before its evidence added up, those first seconds were learned as
+    # its fluctuation, its threshold doubled in eight seconds and it dropped out of the roots for
+    # good. The samples of a slot whose evidence is open are held back now
+    sc = Scenario(
+        name="two-stragglers",
+        layout=Layout(tp=8, pp=1, dp=8),
+        workload=Workload(step_s=0.6),
+        profile=HELDOUT_PROFILES["data+"],
+        faults=(
+            Fault("slow_compute", "rank", ranks=(34,), factor=1.5, onset=19.2981),
+            Fault("slow_compute", "rank", ranks=(10,), factor=1.3, onset=24.2981),
+        ),
+        duration=40.0,
+        seed=2020533,
+    )
+    res = run_scenario(sc)
+    assert {r.key for r in res.reported} == {"noncomm_slow:rank:34", "noncomm_slow:rank:10"}
+    assert res.latency[1] is not None and res.latency[1] <= 10.0, res.latency
+
+
+def test_what_a_slow_nic_does_to_others_lateness_names_no_straggler() -> None:
+    # tune-slow_nic-007: node 2's NIC at a third of its speed shifts node 0's ranks' lateness by
+    # 0.04 s a second, over their floor of 0.03; held back like a straggler's first seconds, that
+    # shift stayed unlearned and node 0 was named a slow node ten seconds in. While transfers are
+    # slow anywhere in the job, lateness is learned as it comes
+    sc = Scenario(
+        name="slow-nic",
+        layout=Layout(tp=2, pp=2, dp=8),
+        workload=Workload.for_rate(100.0, Layout(tp=2, pp=2, dp=8)),
+        profile=PROFILES["everything"],
+        faults=(Fault("slow_comm", "nic", nodes=(2,), factor=3.0, onset=25.5901),),
+        duration=60.0,
+        seed=20707,
+    )
+    assert [r.key for r in run_scenario(sc).reported] == ["comm_slow:node:node00002"]
