@@ -35,6 +35,8 @@ class DetectorConfig:
     """...where, in a collective group, a rank's own fluctuation counts at most this multiple of the group's."""
     noise_warm_s: float = 15.0
     """Until a rank's fluctuation has been learned this long, the effect must be twice ``min_effect``."""
+    noise_hold_s: float = 15.0
+    """Longest a slot's fluctuation samples are held back while its evidence is open (then learned)."""
     cusum_h: float = 5.0
     """Evidence (excess in units of usual fluctuation, times seconds) a slow suspect must accumulate."""
     p2p_k: float = 2.0

@@ -84,7 +84,8 @@ class LatenessTracker:
         self.base_dur = np.full(0, np.nan)
         self.noise = np.full(0, np.nan)  # usual fluctuation of the excess lateness (s/s)
         self.level = np.full(0, np.nan)  # ...around this running level of it
-        self.pend = np.zeros((0, 3))  # per slot: samples held back while its evidence is open (sum a, a*d, a*d*d)
+        # per slot: samples held back while its evidence is open (sum a, a*d, a*d*d; seconds held)
+        self.pend = np.zeros((0, 4))
         self.onset = np.full(0, np.nan)
         self.first_data = np.full(0, np.nan)
         self.judged = np.full(0, np.nan)  # per slot: server time it was last judged (had enough recent data)
@@ -146,7 +147,7 @@ class LatenessTracker:
         self.extra_age = _grow(self.extra_age, n, 0.0)
         self.noise_age = _grow(self.noise_age, n, 0.0)
         if self.pend.shape[0] < n:
-            pend = np.zeros((max(n, 2 * self.pend.shape[0]), 3))
+            pend = np.zeros((max(n, 2 * self.pend.shape[0]), 4))
             pend[: self.pend.shape[0]] = self.pend
             self.pend = pend
         self.ncells = _grow(self.ncells, n, 0.0)
@@ -534,7 +535,9 @@ class LatenessTracker:
         # straggler's first seconds, before its evidence adds up, are no fluctuation to learn (they
         # doubled its threshold in a few seconds, and it dropped out of the roots). They are learned
         # once the evidence closes without the rank being named (a cluster of GC pauses is learned,
-        # a few seconds late), and dropped if it was named
+        # a few seconds late), and dropped if it was named. At most ``noise_hold_s``: a rank a
+        # little slower than its group for good (under the threshold, over half of it) keeps its
+        # evidence open, and its fluctuation must not stop being learned for the rest of the job
         pend = self.pend[:n]
         # ...unless transfers somewhere in the job are slow: the lateness then shifts as their
         # consequence, far from the slow channels too (learned, the shift was never a straggler)
@@ -545,10 +548,11 @@ class LatenessTracker:
         pend[ih, 0] += au[held]
         pend[ih, 1] += au[held] * d[held]
         pend[ih, 2] += au[held] * d[held] ** 2
+        pend[ih, 3] += dt
         go = ~held
         lv[iu[go]] += au[go] * d[go]
         nz[iu[go]] = np.sqrt((1.0 - au[go]) * (nz[iu[go]] ** 2 + au[go] * d[go] ** 2))
-        closed = ((cs == 0) | slow_net) & ~hot & (pend[:, 0] > 0)
+        closed = ((cs == 0) | slow_net | (pend[:, 3] >= cfg.noise_hold_s)) & ~hot & (pend[:, 0] > 0)
         dropped = closed & kept
         commit = np.flatnonzero(closed & ~dropped & np.isfinite(nz))
         if commit.shape[0]:

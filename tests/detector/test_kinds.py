@@ -6,8 +6,11 @@ import dataclasses
 
 import pytest
 
+from rankwatch.detector import DetectorConfig
 from rankwatch.detector.evaluate import EVAL_EVERY_S, run_scenario
+from rankwatch.detector.job import JobDetector
 from rankwatch.sim import PROFILES, Fault, Layout, Scenario, Workload
+from rankwatch.sim.ship import deliveries
 from rankwatch.sim.suite import HELDOUT_PROFILES, UNSEEN_PROFILES
 
 TP4DP4 = Layout(tp=4, pp=1, dp=4)  # 16 ranks on 2 nodes: every data-parallel group is half on each
@@ -469,3 +472,33 @@ def test_what_a_slow_nic_does_to_others_lateness_names_no_straggler() -> None:
         seed=20707,
     )
     assert [r.key for r in run_scenario(sc).reported] == ["comm_slow:node:node00002"]
+
+
+def test_a_rank_slightly_slow_for_good_keeps_learning_its_fluctuation() -> None:
+    # rank 6 of dp16 1.05x slower from 20 s: 0.026 s a second late, over half its threshold and
+    # under it, so its evidence never closes. Its fluctuation samples are held back at most
+    # ``noise_hold_s`` at a time, then learned: never learned again, its threshold could not
+    # follow a noisier phase of a job that runs for hours
+    lay = Layout(tp=1, pp=1, dp=16)
+    sc = Scenario(
+        name="slightly-slow",
+        layout=lay,
+        workload=Workload.for_rate(100.0, lay),
+        profile=PROFILES["quiet"],
+        faults=(Fault("slow_compute", "rank", ranks=(6,), factor=1.05, onset=20.0),),
+        duration=60.0,
+        seed=1,
+    )
+    cfg = DetectorConfig()
+    det = JobDetector(cfg)
+    held, t_next = [], EVAL_EVERY_S
+    for d in deliveries(sc, []):
+        while d.received_at > t_next:
+            det.evaluate(t_next)
+            ptr, slots = det.topo.rank_slots()
+            mine = slots[ptr[6] : ptr[7]]
+            held.append(float(det.late.pend[mine[mine < det.late.pend.shape[0]], 3].max(initial=0.0)))
+            t_next += EVAL_EVERY_S
+        det.observe(d.batch, d.received_at)
+    assert max(held) >= cfg.noise_hold_s - 1.0  # its evidence stayed open that long
+    assert max(held) <= cfg.noise_hold_s
