@@ -747,7 +747,7 @@ class JobDetector:
             progressed = [int(c) for c in np.flatnonzero(lp > onset + 1.0).tolist() if c not in stuck_ch]
             for cul in localise(topo, roots, self._near(roots, progressed)):
                 gs = [g for g in rep.comm_roots if g.ch in set(cul.channels)]
-                ev = {"stuck_groups": [self._stuck_ev(g) for g in gs[:16]], **self._culprit_ev(cul)}
+                ev = {"stuck_groups": [self._stuck_ev(g) for g in gs[:16]], **self._culprit_ev(cul, hang=True)}
                 member = next((r for g in gs for r in g.waiting if live.notes.get(r, {}).get("stack")), None)
                 if member is not None:
                     ev["stack"] = {str(member): live.notes[member]["stack"]}
@@ -778,17 +778,28 @@ class JobDetector:
         ch_hit[np.unique(topo.slot_ch[slot_hit])] = True
         return cand[ch_hit[cand]].tolist()
 
-    def _culprit_ev(self, cul: Culprit) -> dict[str, Any]:
+    def _culprit_ev(self, cul: Culprit, hang: bool = False) -> dict[str, Any]:
         topo = self.topo
         ev: dict[str, Any] = {"places": [list(p) for p in cul.places[:16]], "ambiguous": cul.ambiguous}
         if cul.ambiguous:
             # what on-call does next: timings cannot split these places, a pairwise test can
             names = sorted(topo.node_names[n] for n in cul.nodes)
-            ev["next_step"] = (
-                f"these {len(cul.places)} places carry the same slow traffic, so timings cannot tell them apart: "
-                f"measure point-to-point bandwidth between pairs of {', '.join(names[:8])}"
-                f"{' ...' if len(names) > 8 else ''} (e.g. nccl-tests sendrecv_perf) to find the slow one"
-            )
+            pairs = f"{', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
+            if hang:
+                # every member is inside one stuck op (a whole-job barrier, say) and nothing else
+                # moves: which link or NVLink stopped it is below what collective timings show
+                ev["next_step"] = (
+                    f"every rank of these {len(cul.places)} places is inside the same stuck op and nothing else "
+                    "is moving, so timings cannot tell which one stopped it: compare the ranks' Flight Recorder "
+                    f"dumps served with this suspect, or test point-to-point transfers between pairs of {pairs} "
+                    "(e.g. nccl-tests sendrecv_perf): the pair that does not complete holds the fault"
+                )
+            else:
+                ev["next_step"] = (
+                    f"these {len(cul.places)} places carry the same slow traffic, so timings cannot tell them apart: "
+                    f"measure point-to-point bandwidth between pairs of {pairs} "
+                    "(e.g. nccl-tests sendrecv_perf) to find the slow one"
+                )
         cells = []
         for ch in cul.channels:
             if int(topo.ch_parent[ch]) >= 0:

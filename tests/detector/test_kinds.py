@@ -502,3 +502,23 @@ def test_a_rank_slightly_slow_for_good_keeps_learning_its_fluctuation() -> None:
         det.observe(d.batch, d.received_at)
     assert max(held) >= cfg.noise_hold_s - 1.0  # its evidence stayed open that long
     assert max(held) <= cfg.noise_hold_s
+
+
+def test_a_hang_inside_a_whole_job_barrier_says_what_to_do_next() -> None:
+    # tune-hang_nvl-001: node 2's NVLink stops while every rank is in the barrier after a
+    # checkpoint's save, and nothing else is in flight. Collective timings cannot tell which node
+    # stopped it: the suspect is every node, marked ambiguous, and tells on-call how to split it
+    sc = Scenario(
+        name="hang-in-barrier",
+        layout=TP8PP2DP2,
+        workload=Workload.for_rate(100.0, TP8PP2DP2),
+        profile=PROFILES["checkpoint"],
+        faults=(Fault("hang_comm", "nvl", nodes=(2,), onset=26.2235),),
+        duration=40.0,
+        seed=21301,
+    )
+    res = run_scenario(sc, keep_findings=True)
+    (f,) = [f for f in res.findings_sample if f["kind"] == "comm_hang"]
+    ev = f["evidence"]
+    assert ev["ambiguous"] is True and f["score"] == 0.5
+    assert "stuck op" in ev["next_step"] and "Flight Recorder" in ev["next_step"] and "node00002" in ev["next_step"]
