@@ -146,10 +146,7 @@ class LatenessTracker:
         self.base_age = _grow(self.base_age, n, 0.0)
         self.extra_age = _grow(self.extra_age, n, 0.0)
         self.noise_age = _grow(self.noise_age, n, 0.0)
-        if self.pend.shape[0] < n:
-            pend = np.zeros((max(n, 2 * self.pend.shape[0]), 4))
-            pend[: self.pend.shape[0]] = self.pend
-            self.pend = pend
+        self.pend = _grow(self.pend, n, 0.0)
         self.ncells = _grow(self.ncells, n, 0.0)
         self.onset_seq = _grow(self.onset_seq, n, 0)
         self.hot = _grow(self.hot, n, False)
@@ -537,10 +534,10 @@ class LatenessTracker:
         # once the evidence closes without the rank being named (a cluster of GC pauses is learned,
         # a few seconds late), and dropped if it was named. At most ``noise_hold_s``: a rank a
         # little slower than its group for good (under the threshold, over half of it) keeps its
-        # evidence open, and its fluctuation must not stop being learned for the rest of the job
+        # evidence open, and its fluctuation must not stop being learned for the rest of the job.
+        # Nothing is held while transfers somewhere in the job are slow: the lateness then shifts
+        # as their consequence, far from the slow channels too (learned, it named no straggler)
         pend = self.pend[:n]
-        # ...unless transfers somewhere in the job are slow: the lateness then shifts as their
-        # consequence, far from the slow channels too (learned, the shift was never a straggler)
         slow_net = frozen_ch is not None and bool(frozen_ch[: topo.n_channels].any())
         held = (cs[upd] > 0) & (not slow_net)
         iu = np.flatnonzero(upd)
@@ -553,8 +550,7 @@ class LatenessTracker:
         lv[iu[go]] += au[go] * d[go]
         nz[iu[go]] = np.sqrt((1.0 - au[go]) * (nz[iu[go]] ** 2 + au[go] * d[go] ** 2))
         closed = ((cs == 0) | slow_net | (pend[:, 3] >= cfg.noise_hold_s)) & ~hot & (pend[:, 0] > 0)
-        dropped = closed & kept
-        commit = np.flatnonzero(closed & ~dropped & np.isfinite(nz))
+        commit = np.flatnonzero(closed & ~kept & np.isfinite(nz))
         if commit.shape[0]:
             pa = np.minimum(pend[commit, 0], 1.0)
             lv[commit] += pend[commit, 1]
