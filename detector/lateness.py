@@ -127,6 +127,7 @@ class LatenessTracker:
         self.stage_z = np.full(0, np.nan)  # per node: change of its share inside ops against the other nodes'
         self.stage_late = np.full(0, np.nan)  # per node: usual lateness at its cross-node point-to-point channels
         self.stage_age = np.zeros(0)
+        self.stage_lean = np.zeros(0)  # per node: seconds its signs have leaned towards a slow stage without learning
         self.stage_var = np.zeros((0, 2))  # per node: usual spread of the two (share drop, lateness)
 
     def reset(self) -> None:
@@ -662,6 +663,7 @@ class LatenessTracker:
         self.stage_z = _grow(self.stage_z, n_nodes, np.nan)
         self.stage_late = _grow(self.stage_late, n_nodes, np.nan)
         self.stage_age = _grow(self.stage_age, n_nodes, 0.0)
+        self.stage_lean = _grow(self.stage_lean, n_nodes, 0.0)
         self.stage_var = _grow(self.stage_var, n_nodes, 0.0)
         var = self.stage_var[:n_nodes]
         run, zs = self.stage_run[:n_nodes], self.stage_z[:n_nodes]
@@ -715,7 +717,16 @@ class LatenessTracker:
         cond = (n_p2p > 0) & ~found & (age >= cfg.baseline_warm_s)
         cond &= zs < -np.fmax(floor * cfg.stage_in_drop, k * sd[:, 0])
         cond &= d_late > np.fmax(floor * cfg.stage_late_z, k * sd[:, 1])
-        learn = (n_p2p > 0) & ~cond & (run == 0) & ~found & ~kept
+        # nothing is learned while either sign leans towards a slow stage (past half its line):
+        # learned, a slow stage's lateness became its usual in the seconds before its share's
+        # drop had crossed (and the hold started over at every break)
+        lean = (zs < -0.5 * np.fmax(cfg.stage_in_drop, k * sd[:, 0])) | (
+            d_late > 0.5 * np.fmax(cfg.stage_late_z, k * sd[:, 1])
+        )
+        leant = self.stage_lean[:n_nodes]
+        leant[:] = np.where(lean & ~cond, leant + dt, 0.0)
+        lean &= leant <= cfg.stage_hold_s
+        learn = (n_p2p > 0) & ~cond & ~lean & (run == 0) & ~found & ~kept
         a = dt / np.maximum(np.minimum(age + dt, cfg.stage_usual_s), 1e-9)
         usual[learn] += a[learn] * d_late[learn]
         for j, x in enumerate((zs, d_late)):

@@ -344,6 +344,30 @@ def test_a_slow_stage_that_swings_across_the_line_is_named(run, seed) -> None:  
     _only(res, "noncomm_slow:node:node00000")
 
 
+@pytest.mark.parametrize(("seed", "slow"), [(3, True), (5, True), (3, False), (5, False)])
+def test_a_slow_stage_is_not_learned_as_usual_before_both_signs_cross(seed: int, slow: bool) -> None:
+    # a 1.2x node that is a stage of a 4-stage pipeline under strong CPU noise (the job 1.05x
+    # slower): its point-to-point lateness rises at once, its share's drop crosses its line
+    # seconds later, and meanwhile the lateness was learned as the node's usual and never counted
+    # again (the code before missed both seeds; the healthy runs of the same seeds name nobody)
+    faults = (Fault("slow_compute", "node", nodes=(0,), factor=1.2, onset=24.0),) if slow else ()
+    sc = Scenario(
+        name="stage",
+        layout=TP2PP4DP4,
+        workload=Workload.for_rate(30.0, TP2PP4DP4),
+        profile=HELDOUT_PROFILES["cpu_noise+"],
+        faults=faults,
+        duration=60.0,
+        seed=seed,
+    )
+    res = run_scenario(sc)
+    if slow:
+        _only(res, "noncomm_slow:node:node00000")
+        assert res.latency[0] is not None and res.latency[0] < 30.0
+    else:
+        assert not res.reported, [r.key for r in res.reported]
+
+
 DP24 = Layout(tp=1, pp=1, dp=24)  # 24 ranks on 3 nodes, one data-parallel group
 
 
