@@ -897,7 +897,21 @@ class JobDetector:
             together = len(since) >= need and now - since[need - 1] >= cfg.hold_s
             if len(conf) >= need or together or n in active_nodes:
                 groups.append(("node", sorted(rs), [n]))
-        groups += [("rank", [r], [int(topo.node_of[r])]) for r in singles if r in confirmed]
+        # a root with another root on its node may be part of a slow node about to qualify: it
+        # waits ``mild_hold_s`` before it is named on its own (a 1.5x node of tp4pp2dp4, whose
+        # ranks turn roots a few at a time, was named as three of its ranks first)
+        root_nodes = np.bincount(np.maximum(topo.node_of[np.fromiter(roots, np.int64, len(roots))], 0))
+        groups += [
+            ("rank", [r], [int(topo.node_of[r])])
+            for r in singles
+            if r in confirmed
+            and (
+                r in reported
+                or topo.node_of[r] < 0
+                or root_nodes[int(topo.node_of[r])] < 2
+                or now - self._rank_held[r] >= cfg.mild_hold_s
+            )
+        ]
         for level, rs, ns in groups:
             w = min(0.95, max(imposed[r] for r in rs))
             thr = max(roots[r].threshold for r in rs)

@@ -368,6 +368,29 @@ def test_a_slow_stage_is_not_learned_as_usual_before_both_signs_cross(seed: int,
         assert not res.reported, [r.key for r in res.reported]
 
 
+@pytest.mark.parametrize(
+    ("profile", "node", "factor", "seed"), [("gc", 0, 1.5, 716), ("everything", 3, 1.2, 703)], ids=["gc", "everything"]
+)
+def test_a_slow_node_whose_ranks_turn_roots_a_few_at_a_time_is_the_node(profile, node, factor, seed) -> None:  # type: ignore[no-untyped-def]
+    # tp4pp2dp4: a node is half a stage, and half of every data-parallel group of that stage; its
+    # ranks become roots a few at a time, and the code before named three of them (gc) or one
+    # (everything) as ranks of their own before half the node had been roots together
+    lay = Layout(tp=4, pp=2, dp=4)
+    sc = Scenario(
+        name="node",
+        layout=lay,
+        workload=Workload.for_rate(100.0, lay),
+        profile=PROFILES[profile],
+        faults=(Fault("slow_compute", "node", nodes=(node,), factor=factor, onset=25.0),),
+        duration=60.0,
+        seed=seed,
+    )
+    res = run_scenario(sc)
+    assert res.latency[0] is not None and res.latency[0] < 10.0
+    on_node = {f"noncomm_slow:rank:{r}" for r in lay.ranks_on_node(node)}
+    assert not on_node & {r.key for r in res.reported}, [r.key for r in res.reported]
+
+
 DP24 = Layout(tp=1, pp=1, dp=24)  # 24 ranks on 3 nodes, one data-parallel group
 
 
