@@ -59,6 +59,7 @@ class Reported:
     last: float
     slowdown: float | None
     match: int = -1  # index of the fault it is right about, -1: false
+    slowdowns: list[float] = field(default_factory=list)  # its slowdown at every evaluation it was reported
 
 
 @dataclass(slots=True)
@@ -77,6 +78,7 @@ class ScenarioResult:
     coll_per_s: float
     cpu_s: float
     step_s: float = math.nan  # median training step before the first fault (the whole run if healthy)
+    steady: bool = False  # one fault, on from its onset to the end (no flapping, no recovery)
     findings_sample: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -119,12 +121,14 @@ def run_scenario(
         for f in found:
             r = reported.get(f.key)
             if r is None:
-                reported[f.key] = Reported(f.key, f.kind, f.level, f.ranks, f.nodes, f.link, now, now, f.slowdown)
+                r = reported[f.key] = Reported(f.key, f.kind, f.level, f.ranks, f.nodes, f.link, now, now, f.slowdown)
                 if keep_findings and len(sample) < 20:
                     sample.append(f.to_dict())
             else:
                 r.last = now
                 r.slowdown = f.slowdown
+            if f.slowdown is not None:
+                r.slowdowns.append(f.slowdown)
 
     step_log: list[float] = []
     for d in deliveries(sc, step_log):
@@ -173,6 +177,7 @@ def run_scenario(
         coll_per_s=n_coll / max(1, lay.world) / sc.duration,
         cpu_s=cpu,
         step_s=float(np.median(steps)) if steps.shape[0] else math.nan,
+        steady=len(sc.faults) == 1 and sc.faults[0].flap is None and not math.isfinite(sc.faults[0].end),
         findings_sample=sample,
     )
 
@@ -246,6 +251,45 @@ class SuiteReport:
         hours = sum(r.duration for r in runs) / 3600.0
         return len(runs), hours, sum(len(r.reported) for r in runs)
 
+    def slowdown_accuracy(self) -> list[dict[str, Any]]:
+        """How the ``slowdown`` a suspect reports compares with what the job really lost.
+
+        Over runs with one steady slow fault (no flapping, no recovery, no second fault: the job's
+        loss is then that fault's) at least ``OPTIONAL_BELOW`` slower: per right suspect, the median
+        of the slowdowns it reported over its life divided by the run's true slowdown
+        (``job_slowdown``: the same steps timed with and without the fault). Per slow kind: n, the
+        median ratio, its 5th and 95th percentiles, and the run furthest off either way.
+        """
+        out = []
+        for kind in ("noncomm_slow", "comm_slow"):
+            ratios: list[tuple[float, str]] = []
+            for res in self.results:
+                true = res.true_slowdown
+                if not res.steady or res.expected[0].kind != kind:
+                    continue
+                if true is None or not math.isfinite(true) or true < OPTIONAL_BELOW:
+                    continue
+                mine = sorted((r for r in res.reported if r.match == 0 and r.slowdowns), key=lambda r: r.first)
+                if mine:
+                    ratios.append((float(np.median(mine[0].slowdowns)) / true, res.name))
+            if not ratios:
+                continue
+            x = np.array([q for q, _ in ratios])
+            worst = max(ratios, key=lambda t: abs(math.log(t[0])))
+            out.append(
+                {
+                    "kind": kind,
+                    "n": len(ratios),
+                    "median": float(np.median(x)),
+                    "p5": float(np.percentile(x, 5)),
+                    "p95": float(np.percentile(x, 95)),
+                    "within_10pct": int(np.sum(np.abs(x - 1.0) <= 0.1)),
+                    "worst": worst,
+                    "all": ratios,
+                }
+            )
+        return out
+
     def table(self) -> str:
         lines = [
             f"split={self.split}  scenarios={len(self.results)}  wall={self.wall_s:.0f}s",
@@ -280,6 +324,13 @@ class SuiteReport:
             "in bar: share of the >=1.2x or hang detections within the issue's bar (a slowdown: 3 s or 3 training "
             "steps, whichever is longer; a hang or dead rank: 15 s); a median within the bar is a share of 0.5 or more"
         )
+        for a in self.slowdown_accuracy():
+            q, name = a["worst"]
+            lines.append(
+                f"slowdown reported / true, {a['kind']} (one steady fault, n={a['n']}): median {a['median']:.2f}, "
+                f"5-95% {a['p5']:.2f}-{a['p95']:.2f}, within 10%: {a['within_10pct']} of {a['n']}, "
+                f"furthest {q:.2f} ({name})"
+            )
         return "\n".join(lines)
 
     def misses(self) -> str:
@@ -294,6 +345,10 @@ class SuiteReport:
                     f"{res.name} {'/'.join(res.tags)} slowdown={res.true_slowdown} "
                     f"missed={missed} false={[(r.key, round(r.first, 1)) for r in false]}"
                 )
+        for a in self.slowdown_accuracy():
+            for q, name in a["all"]:
+                if abs(q - 1.0) > 0.25:
+                    lines.append(f"{name} slowdown reported / true {q:.2f} ({a['kind']})")
         return "\n".join(lines)
 
 

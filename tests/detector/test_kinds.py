@@ -179,6 +179,25 @@ def test_reported_slowdown_is_the_jobs(run, layout, level) -> None:  # type: ign
     assert res.latency[0] is not None and res.latency[0] <= 3.5
 
 
+def test_the_evaluation_compares_each_suspects_slowdown_with_the_jobs(run) -> None:  # type: ignore[no-untyped-def]
+    # the suite's table prints, per slow kind, what suspects reported against what the job lost;
+    # a suspect that reads its job twice as slow as it runs is listed among the misses
+    from rankwatch.detector.evaluate import SuiteReport
+
+    res = run(TP4DP4, Fault("slow_compute", "rank", ranks=(6,), factor=1.3, onset=20.0), duration=40.0)
+    assert res.true_slowdown is not None and res.reported[0].match == 0
+    rep = SuiteReport("test", [res], 0.0)
+    (acc,) = rep.slowdown_accuracy()
+    assert acc["kind"] == "noncomm_slow" and acc["n"] == 1
+    assert abs(acc["median"] - 1.0) <= 0.07, acc
+    assert "slowdown reported / true, noncomm_slow (one steady fault, n=1)" in rep.table()
+    assert "slowdown reported / true" not in rep.misses()
+    res.reported[0].slowdowns = [2 * x for x in res.reported[0].slowdowns]
+    (acc,) = rep.slowdown_accuracy()
+    assert acc["median"] > 1.8
+    assert f"{res.name} slowdown reported / true {acc['median']:.2f} (noncomm_slow)" in rep.misses()
+
+
 def test_a_mildly_slow_node_is_named_once_its_ranks_are_late_together(run) -> None:  # type: ignore[no-untyped-def]
     # each rank of a 1.15x node costs the job under 1.2x, so alone each would hold 4 s (a rank
     # late by chance in uneven steps); half of a node's ranks late at once for 1 s is the node
