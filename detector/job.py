@@ -181,6 +181,9 @@ class JobDetector:
         self._rank_hot: dict[int, float] = {}
         self._rank_held: dict[int, float] = {}  # ...and since when, counting brief drops out (the mild hold)
         self._rank_out: dict[int, float] = {}  # since when a root in ``_rank_held`` has dropped out
+        # per node: the analyses at which ``node_share`` of its ranks were roots at once (the newest
+        # within ``mild_hold_s``)
+        self._node_together: dict[int, list[float]] = {}
         self._ch_slow: dict[int, float] = {}
         self.batches = 0
         self.rows = 0
@@ -503,6 +506,7 @@ class JobDetector:
         self._rank_hot.clear()
         self._rank_held.clear()
         self._rank_out.clear()
+        self._node_together.clear()
         self._ch_slow.clear()
 
     # -- output ------------------------------------------------------------------------------------
@@ -895,7 +899,21 @@ class JobDetector:
             # ranks of one node late together are not the chance lateness of one rank's uneven steps
             since = sorted(self._rank_hot[r] for r in rs)
             together = len(since) >= need and now - since[need - 1] >= cfg.hold_s
-            if len(conf) >= need or together or n in active_nodes:
+            # ...or, once one of its ranks is a straggler (confirmed, or already named), the node
+            # has had that share among the roots at once again within ``mild_hold_s``: a slow node
+            # whose ranks flicker in and out of the roots (a job of few ops a second, uneven steps)
+            # was named as the one rank that held first, for tens of seconds
+            # Those roots must not all share one group inside the node: a straggler's tensor-parallel
+            # mates wait for it there and flicker in and out of the roots with it (tp8dp8, whose
+            # node is one such group, named the node of a straggler that way)
+            if len(rs) >= need and self._spans_groups(rs):
+                seen = [t for t in self._node_together.get(n, []) if now - t <= cfg.mild_hold_s] + [now]
+                self._node_together[n] = seen
+                on_node = topo.node_ranks().get(n, [])
+                again = len(seen) >= 2 and any(r in confirmed or r in reported for r in on_node)
+            else:
+                again = False
+            if len(conf) >= need or together or again or n in active_nodes:
                 groups.append(("node", sorted(rs), [n]))
         # a root with another root on its node may be part of a slow node about to qualify: it
         # waits ``mild_hold_s`` before it is named on its own (a 1.5x node of tp4pp2dp4, whose
@@ -990,6 +1008,20 @@ class JobDetector:
                     }
                 },
             )
+
+    def _spans_groups(self, ranks: list[int]) -> bool:
+        """Whether ranks of one node are not all members of one collective group inside that node."""
+        topo = self.topo
+        ptr, slots_of = topo.rank_slots()
+        inside = (topo.ch_parent < 0) & ~topo.ch_cross_node() & (topo.ch_size > 1)
+        common: set[int] | None = None
+        for r in ranks:
+            chs = topo.slot_ch[slots_of[ptr[r] : ptr[r + 1]]]
+            mine = set(chs[inside[chs]].tolist())
+            common = mine if common is None else common & mine
+            if not common:
+                return True
+        return False
 
     def _imposed(self, r: int) -> float:
         """Seconds per second the job waits on the rank beyond normal: the most any of its groups does.
