@@ -907,10 +907,10 @@ class JobDetector:
             # mates wait for it there and flicker in and out of the roots with it (tp8dp8, whose
             # node is one such group, named the node of a straggler that way)
             if len(rs) >= need and self._spans_groups(rs):
-                seen = [t for t in self._node_together.get(n, []) if now - t <= cfg.mild_hold_s] + [now]
-                self._node_together[n] = seen
+                times = [t for t in self._node_together.get(n, []) if now - t <= cfg.mild_hold_s] + [now]
+                self._node_together[n] = times
                 on_node = topo.node_ranks().get(n, [])
-                again = len(seen) >= 2 and any(r in confirmed or r in reported for r in on_node)
+                again = len(times) >= 2 and any(r in confirmed or r in reported for r in on_node)
             else:
                 again = False
             if len(conf) >= need or together or again or n in active_nodes:
