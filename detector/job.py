@@ -899,6 +899,15 @@ class JobDetector:
             # ranks of one node late together are not the chance lateness of one rank's uneven steps
             since = sorted(self._rank_hot[r] for r in rs)
             together = len(since) >= need and now - since[need - 1] >= cfg.hold_s
+            # The roots of a slow node flicker: in and out at every other analysis (tp4pp2dp4 at
+            # 100/s, whose node is half a stage), their time together never reached ``hold_s`` and
+            # the node was named 10 s late, after two of its ranks. So the hold also counts with
+            # brief drops bridged (``_rank_held``, as the mild hold does) when the roots span more
+            # than one group inside the node (below: why not when they share one)
+            spans = len(rs) >= need and self._spans_groups(rs)
+            if spans and not together:
+                held = sorted(self._rank_held[r] for r in rs)
+                together = now - held[need - 1] >= cfg.hold_s
             # ...or, once one of its ranks is a straggler (confirmed, or already named), the node
             # has had that share among the roots at once again within ``mild_hold_s``: a slow node
             # whose ranks flicker in and out of the roots (a job of few ops a second, uneven steps)
@@ -906,7 +915,7 @@ class JobDetector:
             # Those roots must not all share one group inside the node: a straggler's tensor-parallel
             # mates wait for it there and flicker in and out of the roots with it (tp8dp8, whose
             # node is one such group, named the node of a straggler that way)
-            if len(rs) >= need and self._spans_groups(rs):
+            if spans:
                 times = [t for t in self._node_together.get(n, []) if now - t <= cfg.mild_hold_s] + [now]
                 self._node_together[n] = times
                 on_node = topo.node_ranks().get(n, [])
