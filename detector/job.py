@@ -891,6 +891,7 @@ class JobDetector:
                 singles.remove(r)
                 nodes.setdefault(n, []).append(r)
         groups: list[tuple[str, list[int], list[int]]] = []
+        in_node: np.ndarray | None = None  # per channel: a collective group within one node
         for n, rs in nodes.items():
             conf = [r for r in rs if r in confirmed]
             total = len(topo.node_ranks().get(n, []))
@@ -904,7 +905,11 @@ class JobDetector:
             # the node was named 10 s late, after two of its ranks. So the hold also counts with
             # brief drops bridged (``_rank_held``, as the mild hold does) when the roots span more
             # than one group inside the node (below: why not when they share one)
-            spans = len(rs) >= need and self._spans_groups(rs)
+            spans = False
+            if len(rs) >= need:
+                if in_node is None:  # once per analysis, and only when a node may qualify
+                    in_node = (topo.ch_parent < 0) & ~topo.ch_cross_node() & (topo.ch_size > 1)
+                spans = self._spans_groups(rs, in_node)
             if spans and not together:
                 held = sorted(self._rank_held[r] for r in rs)
                 together = now - held[need - 1] >= cfg.hold_s
@@ -1018,15 +1023,14 @@ class JobDetector:
                 },
             )
 
-    def _spans_groups(self, ranks: list[int]) -> bool:
-        """Whether ranks of one node are not all members of one collective group inside that node."""
+    def _spans_groups(self, ranks: list[int], in_node: np.ndarray) -> bool:
+        """Whether ranks of one node are not all members of one group ``in_node`` (per channel)."""
         topo = self.topo
         ptr, slots_of = topo.rank_slots()
-        inside = (topo.ch_parent < 0) & ~topo.ch_cross_node() & (topo.ch_size > 1)
         common: set[int] | None = None
         for r in ranks:
             chs = topo.slot_ch[slots_of[ptr[r] : ptr[r + 1]]]
-            mine = set(chs[inside[chs]].tolist())
+            mine = set(chs[in_node[chs]].tolist())
             common = mine if common is None else common & mine
             if not common:
                 return True
