@@ -387,65 +387,42 @@ def test_a_slow_stage_is_not_learned_as_usual_before_both_signs_cross(seed: int,
         assert not res.reported, [r.key for r in res.reported]
 
 
+TP4PP2DP4 = Layout(tp=4, pp=2, dp=4)  # 32 ranks on 4 nodes: a node is half a pipeline stage
+
+
+def _slow_node(node: int, factor: float, onset: float) -> Fault:
+    return Fault("slow_compute", "node", nodes=(node,), factor=factor, onset=onset)
+
+
 @pytest.mark.parametrize(
     ("profile", "node", "factor", "seed"), [("gc", 0, 1.5, 716), ("everything", 3, 1.2, 703)], ids=["gc", "everything"]
 )
-def test_a_slow_node_whose_ranks_turn_roots_a_few_at_a_time_is_the_node(profile, node, factor, seed) -> None:  # type: ignore[no-untyped-def]
+def test_a_slow_node_whose_ranks_turn_roots_a_few_at_a_time_is_the_node(run, profile, node, factor, seed) -> None:  # type: ignore[no-untyped-def]
     # tp4pp2dp4: a node is half a stage, and half of every data-parallel group of that stage; its
     # ranks become roots a few at a time, and the code before named three of them (gc) or one
     # (everything) as ranks of their own before half the node had been roots together
-    lay = Layout(tp=4, pp=2, dp=4)
-    sc = Scenario(
-        name="node",
-        layout=lay,
-        workload=Workload.for_rate(100.0, lay),
-        profile=PROFILES[profile],
-        faults=(Fault("slow_compute", "node", nodes=(node,), factor=factor, onset=25.0),),
-        duration=60.0,
-        seed=seed,
-    )
-    res = run_scenario(sc)
+    res = run(TP4PP2DP4, _slow_node(node, factor, 25.0), profile=profile, duration=60.0, seed=seed)
     assert res.latency[0] is not None and res.latency[0] < 10.0
-    on_node = {f"noncomm_slow:rank:{r}" for r in lay.ranks_on_node(node)}
+    on_node = {f"noncomm_slow:rank:{r}" for r in TP4PP2DP4.ranks_on_node(node)}
     assert not on_node & {r.key for r in res.reported}, [r.key for r in res.reported]
 
 
-def test_a_slow_node_whose_ranks_flicker_is_named_once_half_of_it_is_late_again() -> None:
+def test_a_slow_node_whose_ranks_flicker_is_named_once_half_of_it_is_late_again(run) -> None:  # type: ignore[no-untyped-def]
     # tp4pp2dp4 at 10 collectives a second with uneven steps (bench/probe_classes.py, seed 6302):
     # a 1.5x node, half of the second stage; rank 28 held first and was named alone 4.6 s after
     # the onset, and the node's ranks were roots together for one or two analyses at a time, never
     # for the 1 s the node needs, so the node was named only 22.6 s after the onset. Half its ranks
     # late at once twice within ``mild_hold_s``, with one of them a straggler already, is the node
-    lay = Layout(tp=4, pp=2, dp=4)
-    sc = Scenario(
-        name="node",
-        layout=lay,
-        workload=Workload.for_rate(10.0, lay),
-        profile=PROFILES["data"],
-        faults=(Fault("slow_compute", "node", nodes=(3,), factor=1.5, onset=28.873),),
-        duration=60.0,
-        seed=6302204,
-    )
-    res = run_scenario(sc)
+    res = run(TP4PP2DP4, _slow_node(3, 1.5, 28.873), rate=10.0, profile="data", duration=60.0, seed=6302204)
     assert res.latency[0] is not None and res.latency[0] < 12.0, res.latency
 
 
-def test_a_slow_node_whose_ranks_are_roots_every_other_analysis_is_named_within_the_hold() -> None:
+def test_a_slow_node_whose_ranks_are_roots_every_other_analysis_is_named_within_the_hold(run) -> None:  # type: ignore[no-untyped-def]
     # tp4pp2dp4, quiet, 100/s (bench/probe_classes.py, seed 6303): the ranks of a 1.2x node were
     # all roots at every other analysis and none at the ones between, so their time together never
     # reached ``hold_s``; two of them held 4 s (the mild hold bridges such drops) and were named
     # alone 10 s after the onset, the node half a second later. The node's hold bridges them too
-    lay = Layout(tp=4, pp=2, dp=4)
-    sc = Scenario(
-        name="node",
-        layout=lay,
-        workload=Workload.for_rate(100.0, lay),
-        profile=PROFILES["quiet"],
-        faults=(Fault("slow_compute", "node", nodes=(1,), factor=1.2, onset=25.056),),
-        duration=60.0,
-        seed=6303203,
-    )
-    res = run_scenario(sc)
+    res = run(TP4PP2DP4, _slow_node(1, 1.2, 25.056), profile="quiet", duration=60.0, seed=6303203)
     assert not res.false_suspects, [r.key for r in res.false_suspects]
     assert res.latency[0] is not None and res.latency[0] < 6.0, res.latency
 
