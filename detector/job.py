@@ -15,6 +15,7 @@ of fresh data have been analysed, and until then the collector keeps its old sus
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -900,39 +901,35 @@ class JobDetector:
             # ranks of one node late together are not the chance lateness of one rank's uneven steps
             since = sorted(self._rank_hot[r] for r in rs)
             together = len(since) >= need and now - since[need - 1] >= cfg.hold_s
-            # The roots of a slow node flicker: in and out at every other analysis (tp4pp2dp4 at
-            # 100/s, whose node is half a stage), their time together never reached ``hold_s`` and
-            # the node was named 10 s late, after two of its ranks. So the hold also counts with
-            # brief drops bridged (``_rank_held``, as the mild hold does) when the roots span more
-            # than one group inside the node (below: why not when they share one)
+            # The roots of a slow node flicker. Two rules for it, both only when the roots span more
+            # than one group inside the node: a straggler's tensor-parallel mates wait for it there
+            # and flicker in and out of the roots with it (tp8dp8, whose node is one such group,
+            # named the node of a straggler that way).
+            # - the hold counts with brief drops bridged (``_rank_held``, as the mild hold does):
+            #   in and out at every other analysis (tp4pp2dp4 at 100/s, a node half a stage), their
+            #   time together never reached ``hold_s`` and the node came 10 s late, after two ranks;
+            # - once one of its ranks is a straggler (confirmed, or already named), the node has had
+            #   that share among the roots at once again within ``mild_hold_s`` (a job of few ops a
+            #   second with uneven steps named the one rank that held first, for tens of seconds)
             spans = False
             if len(rs) >= need:
                 if in_node is None:  # once per analysis, and only when a node may qualify
                     in_node = (topo.ch_parent < 0) & ~topo.ch_cross_node() & (topo.ch_size > 1)
                 spans = self._spans_groups(rs, in_node)
-            if spans and not together:
-                held = sorted(self._rank_held[r] for r in rs)
-                together = now - held[need - 1] >= cfg.hold_s
-            # ...or, once one of its ranks is a straggler (confirmed, or already named), the node
-            # has had that share among the roots at once again within ``mild_hold_s``: a slow node
-            # whose ranks flicker in and out of the roots (a job of few ops a second, uneven steps)
-            # was named as the one rank that held first, for tens of seconds
-            # Those roots must not all share one group inside the node: a straggler's tensor-parallel
-            # mates wait for it there and flicker in and out of the roots with it (tp8dp8, whose
-            # node is one such group, named the node of a straggler that way)
+            again = False
             if spans:
+                held = sorted(self._rank_held[r] for r in rs)
+                together = together or now - held[need - 1] >= cfg.hold_s
                 times = [t for t in self._node_together.get(n, []) if now - t <= cfg.mild_hold_s] + [now]
                 self._node_together[n] = times
                 on_node = topo.node_ranks().get(n, [])
                 again = len(times) >= 2 and any(r in confirmed or r in reported for r in on_node)
-            else:
-                again = False
             if len(conf) >= need or together or again or n in active_nodes:
                 groups.append(("node", sorted(rs), [n]))
         # a root with another root on its node may be part of a slow node about to qualify: it
         # waits ``mild_hold_s`` before it is named on its own (a 1.5x node of tp4pp2dp4, whose
         # ranks turn roots a few at a time, was named as three of its ranks first)
-        root_nodes = np.bincount(np.maximum(topo.node_of[np.fromiter(roots, np.int64, len(roots))], 0))
+        root_nodes = Counter(int(topo.node_of[r]) for r in roots)
         groups += [
             ("rank", [r], [int(topo.node_of[r])])
             for r in singles
