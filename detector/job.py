@@ -185,6 +185,8 @@ class JobDetector:
         # per node: the analyses at which ``node_share`` of its ranks were roots at once (the newest
         # within ``mild_hold_s``)
         self._node_together: dict[int, list[float]] = {}
+        # per rank: when it last held a straggler's hold (``confirmed``), named or not
+        self._confirmed_at: dict[int, float] = {}
         self._ch_slow: dict[int, float] = {}
         self.batches = 0
         self.rows = 0
@@ -508,6 +510,7 @@ class JobDetector:
         self._rank_held.clear()
         self._rank_out.clear()
         self._node_together.clear()
+        self._confirmed_at.clear()
         self._ch_slow.clear()
 
     # -- output ------------------------------------------------------------------------------------
@@ -881,6 +884,10 @@ class JobDetector:
             )
             and (r not in stalled or r in reported)  # a pause confirms nothing new
         ]
+        for r in confirmed:
+            self._confirmed_at[r] = now
+        for r in [r for r, t in self._confirmed_at.items() if now - t > cfg.release_s]:
+            del self._confirmed_at[r]
         nodes, singles = self._node_groups(sorted(roots))
         # a node already reported keeps every root on it (its ranks flicker in and out of the evidence)
         active_nodes = {
@@ -908,9 +915,10 @@ class JobDetector:
             # - the hold counts with brief drops bridged (``_rank_held``, as the mild hold does):
             #   in and out at every other analysis (tp4pp2dp4 at 100/s, a node half a stage), their
             #   time together never reached ``hold_s`` and the node came 10 s late, after two ranks;
-            # - once one of its ranks is a straggler (confirmed, or already named), the node has had
-            #   that share among the roots at once again within ``mild_hold_s`` (a job of few ops a
-            #   second with uneven steps named the one rank that held first, for tens of seconds)
+            # - once one of its ranks is a straggler (confirmed within ``release_s``, named or not),
+            #   the node has had that share among the roots at once again within ``mild_hold_s`` (a
+            #   job of few ops a second with uneven steps named the one rank that held first, for
+            #   tens of seconds)
             spans = False
             if len(rs) >= need:
                 if in_node is None:  # once per analysis, and only when a node may qualify
@@ -923,17 +931,22 @@ class JobDetector:
                 times = [t for t in self._node_together.get(n, []) if now - t <= cfg.mild_hold_s] + [now]
                 self._node_together[n] = times
                 on_node = topo.node_ranks().get(n, [])
-                again = len(times) >= 2 and any(r in confirmed or r in reported for r in on_node)
+                again = len(times) >= 2 and any(r in self._confirmed_at or r in reported for r in on_node)
             if len(conf) >= need or together or again or n in active_nodes:
                 groups.append(("node", sorted(rs), [n]))
         # a root with another root on its node may be part of a slow node about to qualify: it
         # waits ``mild_hold_s`` before it is named on its own (a 1.5x node of tp4pp2dp4, whose
         # ranks turn roots a few at a time, was named as three of its ranks first)
         root_nodes = Counter(int(topo.node_of[r]) for r in roots)
+        # ...and one named alone on the short hold must be late in four in five of its recent
+        # buckets, not three (``Straggler.steady``): a straggler is late at every step, a rank with
+        # a cluster of GC pauses at a few of them (tp8dp8 at 30/s: three pauses in five steps made
+        # a 1.4x "straggler" for two seconds). Otherwise it waits ``mild_hold_s``
         groups += [
             ("rank", [r], [int(topo.node_of[r])])
             for r in singles
             if r in confirmed
+            and (r in reported or roots[r].held or roots[r].steady or now - self._rank_held[r] >= cfg.mild_hold_s)
             and (
                 r in reported
                 or topo.node_of[r] < 0

@@ -48,16 +48,19 @@ class Straggler:
     onset: float = float("nan")
     held: bool = False  # it has already held its own test's hold (a slow pipeline stage)
     paused: bool = False  # its groups have paused since it was found: no fresh evidence either way
+    steady: bool = False  # late in four in five recent buckets of a group it is late in, not just three
 
 
-def _median_taken(x: np.ndarray, cnt: np.ndarray) -> np.ndarray:
-    """Row medians of ``x`` whose first ``cnt`` sorted values are real (the rest are +inf); nan if none."""
+def _median_taken(x: np.ndarray, cnt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row medians of ``x`` whose first ``cnt`` sorted values are real (the rest are +inf), and the
+    value four in five of them reach (the second lowest of five); nan if none."""
     xs = np.sort(x, axis=1)
     rows = np.arange(x.shape[0])
     lo = np.clip((cnt - 1) // 2, 0, x.shape[1] - 1)
     hi = np.clip(cnt // 2, 0, x.shape[1] - 1)
     med = 0.5 * (xs[rows, lo] + xs[rows, hi])
-    return np.where(cnt > 0, med, np.nan)
+    low = xs[rows, np.clip(cnt // 5, 0, x.shape[1] - 1)]
+    return np.where(cnt > 0, med, np.nan), np.where(cnt > 0, low, np.nan)
 
 
 def _grow(a: np.ndarray, n: int, fill: float) -> np.ndarray:
@@ -116,6 +119,7 @@ class LatenessTracker:
         self.dur_rate = np.zeros(0)
         self.ex_late = np.zeros(0)
         self.imposed = np.zeros(0)  # per slot: ex_late at the op rate as of its group's newest op
+        self.steady = np.zeros(0, bool)  # per slot: late in four in five of its recent buckets
         self.ex_dur = np.zeros(0)
         self.paused = np.zeros(0, bool)  # per slot: its group has paused since it was last judged
         self.waiting = np.zeros(0, bool)  # per slot: old enough to judge, but too few recent buckets
@@ -332,17 +336,19 @@ class LatenessTracker:
             for arr, x in ((self.bl, late), (self.bd, dur), (self.bo, cnt)):
                 arr.reshape(-1)[:] += np.bincount(flat, x, size).astype(np.float32)
 
-    def _recent(self, now: float, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per slot: median per-op lateness and time inside over its recent buckets, and their count."""
+    def _recent(self, now: float, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per slot: median per-op lateness and time inside over its recent buckets, their count,
+        and the per-op lateness four in five of those buckets reach."""
         cfg = self.cfg
         ml = np.full(n, np.nan)
+        lo_l = np.full(n, np.nan)
         md = np.full(n, np.nan)
         cnt = np.zeros(n, np.int64)
         order = np.argsort(-self.bid)  # ring positions, newest first
         fresh = self.bid[order] * cfg.bucket_s >= now - cfg.bucket_s * _K - cfg.stale_s
         order = order[fresh]
         if not order.shape[0]:
-            return ml, md, cnt
+            return ml, md, cnt, lo_l
         # only slots with data in the ring (most slots of a big job's default group are idle)
         active = np.flatnonzero(self.last_bid[:n] >= self.bid[order].min())
         inf = np.float32(np.inf)
@@ -358,10 +364,10 @@ class LatenessTracker:
             take = has & ((before_b < RECENT_BUCKETS) | (before_o < _MIN_OPS))
             c = take.sum(axis=1)
             safe = np.where(has, ops, np.float32(1.0))
-            ml[rows] = _median_taken(np.where(take, np.take(self.bl[rows], order, axis=1) / safe, inf), c)
-            md[rows] = _median_taken(np.where(take, np.take(self.bd[rows], order, axis=1) / safe, inf), c)
+            ml[rows], lo_l[rows] = _median_taken(np.where(take, np.take(self.bl[rows], order, axis=1) / safe, inf), c)
+            md[rows] = _median_taken(np.where(take, np.take(self.bd[rows], order, axis=1) / safe, inf), c)[0]
             cnt[rows] = c
-        return ml, md, cnt
+        return ml, md, cnt, lo_l
 
     def analyse(
         self,
@@ -395,7 +401,7 @@ class LatenessTracker:
         lag_k = np.exp(lag / cfg.ops_tau_s)
         ops_rate = self.ch_ops[: topo.n_channels] / cfg.ops_tau_s
         rate = ops_rate[topo.slot_ch]
-        ml, md, nb = self._recent(now, n)  # per op: median lateness and time inside
+        ml, md, nb, lo_l = self._recent(now, n)  # per op: median lateness and time inside
         has = nb >= RECENT_BUCKETS
         collective = topo.ch_parent[topo.slot_ch] < 0
         med_lop = self._lower_median(np.nan_to_num(ml, nan=np.inf), topo)
@@ -444,10 +450,14 @@ class LatenessTracker:
         gap[mature] = False
         paused = ~has & gap & (now - judged <= cfg.pause_s)  # never judged (nan): False
         imposed = ex_late * lag_k[topo.slot_ch]
+        # late in four in five of its recent buckets, not three: a straggler is late at every step,
+        # a rank with a cluster of GC pauses at a few (see ``Straggler.steady``)
+        steady = np.nan_to_num((lo_l - ref_lop) * rate >= 0.5 * thr, nan=False).astype(bool)
         m = min(n, self.ex_late.shape[0])
         if paused[:m].any():
             p = np.flatnonzero(paused[:m])
             ex_late[p], thr[p], late[p], imposed[p] = self.ex_late[p], self.thr[p], self.late_rate[p], self.imposed[p]
+            steady[p] = self.steady[p]
         prev_hot = self.hot[sl] & paused
         # sequential test (CUSUM): evidence adds up while the excess stays above half the threshold,
         # so a large fault is named at once and a mild one in a noisy group takes longer
@@ -561,6 +571,7 @@ class LatenessTracker:
         self.late_rate, self.dur_rate, self.ex_late, self.ex_dur = late, dur, ex_late, ex_dur
         self.imposed = imposed
         self.thr = thr
+        self.steady = steady
         wd, wo = self._ring_sum(self.bd, n), self._ring_sum(self.bo, n)
         extra = self._learn_extra(now, dt, topo, wd, wo, rate, has)
         out = self._roots(hot, topo, frozen_ch, ch_excess, wo, extra)
@@ -921,6 +932,7 @@ class LatenessTracker:
             elif ex > got.excess:
                 got.excess, got.threshold = ex, float(self.thr[s])
             got.onset = float(np.fmin(got.onset, self.onset[s]))
+            got.steady = got.steady or bool(self.steady[s])
             got.slots.append(s)
         self._drop_common_mode(out, hot, topo)
         return out

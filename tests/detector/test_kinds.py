@@ -530,6 +530,24 @@ def test_a_cluster_of_gc_pauses_before_a_rank_is_learned_names_nobody(layout, ra
     assert run_scenario(sc).reported == []
 
 
+def test_a_cluster_of_gc_pauses_at_three_steps_of_five_names_nobody() -> None:
+    # heldout-healthy-002 (tp8dp8, 30/s, GC pauses of 0.3 s at 0.08 a second): three of rank 36's
+    # pauses, 31-33 s in, landed before three of five consecutive data-parallel reduces, and
+    # its lateness there, the median of its five recent buckets, read 1.4x for two seconds, its
+    # fluctuation long learned: held 1 s, it was named. A straggler is late in (nearly) every
+    # bucket; named alone on the short hold, a rank must be late in four of five
+    sc = Scenario(
+        name="gc-cluster",
+        layout=Layout(tp=8, pp=1, dp=8),
+        workload=Workload(step_s=0.6),
+        profile=HELDOUT_PROFILES["gc+"],
+        faults=(),
+        duration=38.0,
+        seed=1010005,
+    )
+    assert run_scenario(sc).reported == []
+
+
 def test_a_rank_late_by_chance_in_uneven_steps_waits_for_the_full_hold() -> None:
     # tp8dp8 with data-dependent steps (heldout-straggler_flap-004): rank 21, 33 s in, its
     # fluctuation long learned, is late by twice its threshold for a second by chance. Held half a
