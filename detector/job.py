@@ -874,12 +874,25 @@ class JobDetector:
             and float(late.cusum[st.slots].max()) >= 2 * cfg.cusum_h
             for r, st in roots.items()
         }
+        # a job already slowed ``mild_slowdown`` by a straggler named or confirmed is not barely
+        # slowed: a further root that adds at least half that cost holds the short hold, not the mild
+        # one (a second straggler of 1.3x in tp4dp4 costs the job 1.15x on its own, 1.27x with the
+        # first, and waited 4 s or more)
+        slowed = [self._imposed(q) for q in reported | set(self._confirmed_at)]
+        strong = {
+            r: imposed[r] >= mild_w
+            or (
+                imposed[r] >= 0.5 * mild_w
+                and any(w >= mild_w for q, w in zip(reported | set(self._confirmed_at), slowed) if q != r)
+            )
+            for r in roots
+        }
         confirmed = [
             r
             for r in roots
             if (
                 roots[r].held
-                or (imposed[r] >= mild_w and now - self._rank_hot[r] >= (cfg.fast_hold_s if fast[r] else cfg.hold_s))
+                or (strong[r] and now - self._rank_hot[r] >= (cfg.fast_hold_s if fast[r] else cfg.hold_s))
                 or now - self._rank_held[r] >= cfg.mild_hold_s
             )
             and (r not in stalled or r in reported)  # a pause confirms nothing new

@@ -648,3 +648,26 @@ def test_a_hang_inside_a_whole_job_barrier_says_what_to_do_next() -> None:
     ev = f["evidence"]
     assert ev["ambiguous"] is True and f["score"] == 0.5
     assert "stuck op" in ev["next_step"] and "Flight Recorder" in ev["next_step"] and "node00002" in ev["next_step"]
+
+
+def test_a_second_straggler_in_a_job_the_first_already_slowed_holds_the_short_hold() -> None:
+    # tp4dp4 at 100/s with every kind of jitter: rank 5 slows to 1.5x, rank 13 (its data-parallel
+    # group) to 1.3x five seconds later. On its own rank 13 costs the job under 1.2x, so it waited
+    # the mild hold (4 s, named 5.2 s after its onset) though the job was by then 1.2x slower. A
+    # job a named straggler has already slowed that much is not barely slowed: a further root
+    # adding at least half that cost holds the short hold
+    lay = Layout(tp=4, pp=1, dp=4)
+    second = Fault("slow_compute", "rank", ranks=(13,), factor=1.3, onset=25.3)
+    sc = Scenario(
+        name="second-straggler",
+        layout=lay,
+        workload=Workload.for_rate(100.0, lay),
+        profile=PROFILES["everything"],
+        faults=(Fault("slow_compute", "rank", ranks=(5,), factor=1.5, onset=20.3), second),
+        duration=40.0,
+        seed=7101,
+    )
+    res = run_scenario(sc)
+    assert sorted(r.key for r in res.reported) == ["noncomm_slow:rank:13", "noncomm_slow:rank:5"]
+    assert res.true_slowdown >= 1.2
+    assert res.latency[1] is not None and res.latency[1] <= 3.0
