@@ -182,6 +182,7 @@ class JobDetector:
         self._rank_hot: dict[int, float] = {}
         self._rank_held: dict[int, float] = {}  # ...and since when, counting brief drops out (the mild hold)
         self._rank_out: dict[int, float] = {}  # since when a root in ``_rank_held`` has dropped out
+        self._hot_out: dict[int, float] = {}  # ...and one in ``_rank_hot`` (bridged one analysis)
         # per node: the analyses at which ``node_share`` of its ranks were roots at once (the newest
         # within ``mild_hold_s``)
         self._node_together: dict[int, list[float]] = {}
@@ -509,6 +510,7 @@ class JobDetector:
         self._rank_hot.clear()
         self._rank_held.clear()
         self._rank_out.clear()
+        self._hot_out.clear()
         self._node_together.clear()
         self._confirmed_at.clear()
         self._ch_slow.clear()
@@ -822,9 +824,17 @@ class JobDetector:
     ) -> None:
         """Stragglers confirmed now (``gone``: per rank, silent or ended)."""
         cfg, topo, late = self.cfg, self.topo, self.late
+        # the short hold bridges a drop of one analysis, and the time out does not count: a
+        # straggler's time inside ops is not yet down in the common window at its onset, and it
+        # drops out of the roots for one analysis (tune-straggler-002: 2 s later for it). Longer
+        # drops start it afresh (a burst of GC pauses is a root for a second, gone, and back)
         for r in list(self._rank_hot):
-            if r not in roots:
-                del self._rank_hot[r]
+            if r in roots:
+                out = self._hot_out.pop(r, None)
+                if out is not None:
+                    self._rank_hot[r] = min(now, self._rank_hot[r] + (now - out))
+            elif now - self._hot_out.setdefault(r, now) >= cfg.fast_hold_s - 1e-9:
+                del self._rank_hot[r], self._hot_out[r]
         # for the mild hold, a root that drops out of the evidence for ``root_gap_s`` or less keeps
         # its time (the time out does not count): a mild straggler's lateness varies with its steps,
         # and it flickers in and out of the roots; started afresh at every flicker, its 4 s hold
