@@ -888,13 +888,10 @@ class JobDetector:
         # slowed: a further root that adds at least half that cost holds the short hold, not the mild
         # one (a second straggler of 1.3x in tp4dp4 costs the job 1.15x on its own, 1.27x with the
         # first, and waited 4 s or more)
-        slowed = [self._imposed(q) for q in reported | set(self._confirmed_at)]
+        slowed = {q: self._imposed(q) for q in reported | set(self._confirmed_at)}
         strong = {
             r: imposed[r] >= mild_w
-            or (
-                imposed[r] >= 0.5 * mild_w
-                and any(w >= mild_w for q, w in zip(reported | set(self._confirmed_at), slowed) if q != r)
-            )
+            or (imposed[r] >= 0.5 * mild_w and any(w >= mild_w for q, w in slowed.items() if q != r))
             for r in roots
         }
         confirmed = [
