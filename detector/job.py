@@ -904,6 +904,24 @@ class JobDetector:
             )
             and (r not in stalled or r in reported)  # a pause confirms nothing new
         ]
+        # ...and a rank named alone (never a node: its ranks are confirmed only as above) may hold the
+        # short hold once its fluctuation has been learned for half of ``noise_warm_s``, late in four
+        # of its five recent buckets (``steady``): a job's faults do not wait for its noise to be
+        # learned in full, and a second straggler in a deep pipeline is a root for a second at a
+        # time. Counted for nodes, such ranks named a false node (tp8dp8, a cluster of GC pauses
+        # made the node's eight ranks, one tensor-parallel group, late together)
+        alone = {
+            r
+            for r, st in roots.items()
+            if r not in confirmed
+            and st.steady
+            and strong[r]
+            and bool(st.slots)
+            and bool((late.noise_age[st.slots] >= 0.5 * cfg.noise_warm_s).all())
+            and float(late.cusum[st.slots].max()) >= 2 * cfg.cusum_h
+            and now - self._rank_hot[r] >= cfg.fast_hold_s
+            and r not in stalled
+        }
         for r in confirmed:
             self._confirmed_at[r] = now
         for r in [r for r, t in self._confirmed_at.items() if now - t > cfg.release_s]:
@@ -965,7 +983,7 @@ class JobDetector:
         groups += [
             ("rank", [r], [int(topo.node_of[r])])
             for r in singles
-            if r in confirmed
+            if (r in confirmed or r in alone)
             and (r in reported or roots[r].held or roots[r].steady or now - self._rank_held[r] >= cfg.mild_hold_s)
             and (
                 r in reported

@@ -691,3 +691,26 @@ def test_a_straggler_that_drops_out_of_the_roots_for_one_analysis_keeps_its_shor
     res = run_scenario(sc)
     assert [r.key for r in res.reported] == ["noncomm_slow:rank:4"]
     assert res.latency[0] is not None and res.latency[0] <= 3.5
+
+
+def test_a_second_straggler_in_a_deep_pipeline_is_named_alone_before_its_noise_is_learned_in_full() -> None:
+    # fresh-two_stragglers-000 (tp2pp4dp4, 300/s, checkpoint every 25 steps): rank 21 slows to
+    # 1.5x, rank 13 to 1.3x five seconds later. Rank 13 is taken for a victim of the pipeline's
+    # waiting for most of the run and a root for a second at a time (41 s in), while its
+    # fluctuation had been learned for 10-15 s: it needed the 1 s hold and was never named. Named
+    # alone, a rank late in four of five buckets may hold the short hold once its fluctuation has
+    # been learned for half of ``noise_warm_s``
+    lay = Layout(tp=2, pp=4, dp=4)
+    sc = Scenario(
+        name="second-straggler-pipeline",
+        layout=lay,
+        workload=Workload.for_rate(300.0, lay),
+        profile=HELDOUT_PROFILES["checkpoint+"],
+        faults=(
+            Fault("slow_compute", "rank", ranks=(21,), factor=1.5, onset=22.130530484095402),
+            Fault("slow_compute", "rank", ranks=(13,), factor=1.3, onset=27.130530484095402),
+        ),
+        duration=45.0,
+        seed=2020529,
+    )
+    assert sorted(r.key for r in run_scenario(sc).reported) == ["noncomm_slow:rank:13", "noncomm_slow:rank:21"]
