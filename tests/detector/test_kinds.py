@@ -9,7 +9,7 @@ import pytest
 from rankwatch.detector import DetectorConfig
 from rankwatch.detector.evaluate import EVAL_EVERY_S, run_scenario
 from rankwatch.detector.job import JobDetector
-from rankwatch.sim import PROFILES, Fault, Layout, Scenario, Workload
+from rankwatch.sim import PROFILES, Fault, Layout, Profile, Scenario, Workload
 from rankwatch.sim.ship import deliveries
 from rankwatch.sim.suite import HELDOUT_PROFILES, UNSEEN_PROFILES
 
@@ -390,6 +390,24 @@ def test_a_slow_stage_is_not_learned_as_usual_before_both_signs_cross(seed: int,
 TP4PP2DP4 = Layout(tp=4, pp=2, dp=4)  # 32 ranks on 4 nodes: a node is half a pipeline stage
 
 
+def _two_stragglers(
+    lay: Layout, workload: Workload, profile: Profile, first: int, second: int, onset: float, duration: float, seed: int
+) -> Scenario:
+    """The suite's ``two_stragglers``: ``first`` slows to 1.5x at ``onset``, ``second`` to 1.3x 5 s later."""
+    return Scenario(
+        name="two-stragglers",
+        layout=lay,
+        workload=workload,
+        profile=profile,
+        faults=(
+            Fault("slow_compute", "rank", ranks=(first,), factor=1.5, onset=onset),
+            Fault("slow_compute", "rank", ranks=(second,), factor=1.3, onset=onset + 5.0),
+        ),
+        duration=duration,
+        seed=seed,
+    )
+
+
 def _slow_node(node: int, factor: float, onset: float) -> Fault:
     return Fault("slow_compute", "node", nodes=(node,), factor=factor, onset=onset)
 
@@ -435,18 +453,7 @@ def test_a_stragglers_tensor_parallel_mates_flickering_with_it_are_not_its_node(
     # group): the mates of the 1.3x rank 49 wait for it and were half the node's roots twice within
     # a few seconds; counted as a node whose ranks flicker, node00006 was named beside the rank
     lay = Layout(tp=8, pp=1, dp=8)
-    sc = Scenario(
-        name="two",
-        layout=lay,
-        workload=Workload.for_rate(30.0, lay),
-        profile=HELDOUT_PROFILES["gc+"],
-        faults=(
-            Fault("slow_compute", "rank", ranks=(17,), factor=1.5, onset=18.288),
-            Fault("slow_compute", "rank", ranks=(49,), factor=1.3, onset=23.288),
-        ),
-        duration=40.0,
-        seed=1020503,
-    )
+    sc = _two_stragglers(lay, Workload.for_rate(30.0, lay), HELDOUT_PROFILES["gc+"], 17, 49, 18.288, 40.0, 1020503)
     res = run_scenario(sc)
     assert not res.false_suspects, [r.key for r in res.false_suspects]
     assert all(x is not None for x in res.latency), res.latency
@@ -657,16 +664,7 @@ def test_a_second_straggler_in_a_job_the_first_already_slowed_holds_the_short_ho
     # job a named straggler has already slowed that much is not barely slowed: a further root
     # adding at least half that cost holds the short hold
     lay = Layout(tp=4, pp=1, dp=4)
-    second = Fault("slow_compute", "rank", ranks=(13,), factor=1.3, onset=25.3)
-    sc = Scenario(
-        name="second-straggler",
-        layout=lay,
-        workload=Workload.for_rate(100.0, lay),
-        profile=PROFILES["everything"],
-        faults=(Fault("slow_compute", "rank", ranks=(5,), factor=1.5, onset=20.3), second),
-        duration=40.0,
-        seed=7101,
-    )
+    sc = _two_stragglers(lay, Workload.for_rate(100.0, lay), PROFILES["everything"], 5, 13, 20.3, 40.0, 7101)
     res = run_scenario(sc)
     assert sorted(r.key for r in res.reported) == ["noncomm_slow:rank:13", "noncomm_slow:rank:5"]
     assert res.true_slowdown >= 1.2
@@ -701,16 +699,7 @@ def test_a_second_straggler_in_a_deep_pipeline_is_named_alone_before_its_noise_i
     # alone, a rank late in four of five buckets may hold the short hold once its fluctuation has
     # been learned for half of ``noise_warm_s``
     lay = Layout(tp=2, pp=4, dp=4)
-    sc = Scenario(
-        name="second-straggler-pipeline",
-        layout=lay,
-        workload=Workload.for_rate(300.0, lay),
-        profile=HELDOUT_PROFILES["checkpoint+"],
-        faults=(
-            Fault("slow_compute", "rank", ranks=(21,), factor=1.5, onset=22.130530484095402),
-            Fault("slow_compute", "rank", ranks=(13,), factor=1.3, onset=27.130530484095402),
-        ),
-        duration=45.0,
-        seed=2020529,
+    sc = _two_stragglers(
+        lay, Workload.for_rate(300.0, lay), HELDOUT_PROFILES["checkpoint+"], 21, 13, 22.130530484095402, 45.0, 2020529
     )
     assert sorted(r.key for r in run_scenario(sc).reported) == ["noncomm_slow:rank:13", "noncomm_slow:rank:21"]
