@@ -824,29 +824,15 @@ class JobDetector:
     ) -> None:
         """Stragglers confirmed now (``gone``: per rank, silent or ended)."""
         cfg, topo, late = self.cfg, self.topo, self.late
-        # the short hold bridges a drop of one analysis, and the time out does not count: a
-        # straggler's time inside ops is not yet down in the common window at its onset, and it
-        # drops out of the roots for one analysis (tune-straggler-002: 2 s later for it). Longer
-        # drops start it afresh (a burst of GC pauses is a root for a second, gone, and back)
-        for r in list(self._rank_hot):
-            if r in roots:
-                out = self._hot_out.pop(r, None)
-                if out is not None:
-                    self._rank_hot[r] = min(now, self._rank_hot[r] + (now - out))
-            elif now - self._hot_out.setdefault(r, now) >= cfg.fast_hold_s - 1e-9:
-                del self._rank_hot[r], self._hot_out[r]
-        # for the mild hold, a root that drops out of the evidence for ``root_gap_s`` or less keeps
-        # its time (the time out does not count): a mild straggler's lateness varies with its steps,
-        # and it flickers in and out of the roots; started afresh at every flicker, its 4 s hold
-        # never ran out. The short hold stays unbroken: a burst of GC pauses is a root for a second,
-        # gone, and back (two halves of it made one hold, and a false suspect)
-        for r in list(self._rank_held):
-            if r in roots:
-                self._rank_out.pop(r, None)
-            elif now - self._rank_out.setdefault(r, now) >= cfg.root_gap_s:
-                del self._rank_held[r], self._rank_out[r]
-            else:
-                self._rank_held[r] = min(now, self._rank_held[r] + dt)
+        # a root that drops out of the evidence briefly keeps its hold, and the time out does not
+        # count. The mild hold bridges drops of up to ``root_gap_s``: a mild straggler's lateness
+        # varies with its steps, and it flickers in and out of the roots; started afresh at every
+        # flicker, its 4 s hold never ran out. The short hold bridges one analysis: a straggler's
+        # time inside ops is not yet down in the common window at its onset, and it drops out for
+        # one analysis (tune-straggler-002: 1 s later for it); longer gaps join two halves of a
+        # burst of GC pauses (a root for a second, gone, and back) into one hold, a false suspect
+        self._bridge(self._rank_hot, self._hot_out, roots, now, dt, cfg.fast_hold_s)
+        self._bridge(self._rank_held, self._rank_out, roots, now, dt, cfg.root_gap_s)
         # the whole job has stopped (no group has had an op analysed for ``stale_s``, and most ranks
         # have been inside an op that long: a hang not yet named): what is in the ring now is what
         # the last ops left there, and it stays until the ring runs out. Like a pause, that is no
@@ -878,12 +864,15 @@ class JobDetector:
         reported = self._reported_ranks("noncomm_slow")
         # the short hold: a straggler whose own fluctuation is learned in every group it is late in
         # (its threshold is its own), with twice the evidence that made it a root
-        fast = {
-            r: bool(st.slots)
-            and bool((late.noise_age[st.slots] >= cfg.noise_warm_s).all())
-            and float(late.cusum[st.slots].max()) >= 2 * cfg.cusum_h
+        # (per root: how long its fluctuation has been learned where it is late, if its evidence is
+        # twice what made it a root)
+        learned = {
+            r: float(late.noise_age[st.slots].min())
+            if st.slots and float(late.cusum[st.slots].max()) >= 2 * cfg.cusum_h
+            else -1.0
             for r, st in roots.items()
         }
+        fast = {r: learned[r] >= cfg.noise_warm_s for r in roots}
         # a job already slowed ``mild_slowdown`` by a straggler named or confirmed is not barely
         # slowed: a further root that adds at least half that cost holds the short hold, not the mild
         # one (a second straggler of 1.3x in tp4dp4 costs the job 1.15x on its own, 1.27x with the
@@ -913,12 +902,9 @@ class JobDetector:
         alone = {
             r
             for r, st in roots.items()
-            if r not in confirmed
-            and st.steady
+            if st.steady
             and strong[r]
-            and bool(st.slots)
-            and bool((late.noise_age[st.slots] >= 0.5 * cfg.noise_warm_s).all())
-            and float(late.cusum[st.slots].max()) >= 2 * cfg.cusum_h
+            and learned[r] >= 0.5 * cfg.noise_warm_s
             and now - self._rank_hot[r] >= cfg.fast_hold_s
             and r not in stalled
         }
@@ -1070,6 +1056,20 @@ class JobDetector:
                     }
                 },
             )
+
+    @staticmethod
+    def _bridge(
+        since: dict[int, float], out: dict[int, float], roots: dict[int, Straggler], now: float, dt: float, gap: float
+    ) -> None:
+        """Keep each hold in ``since`` through drops out of ``roots`` shorter than ``gap`` (``out``:
+        since when a rank has been out), the time out not counted; a longer drop ends it."""
+        for r in list(since):
+            if r in roots:
+                out.pop(r, None)
+            elif now - out.setdefault(r, now) >= gap - 1e-9:
+                del since[r], out[r]
+            else:
+                since[r] = min(now, since[r] + dt)
 
     def _spans_groups(self, ranks: list[int], in_node: np.ndarray) -> bool:
         """Whether ranks of one node are not all members of one group ``in_node`` (per channel)."""
