@@ -6,7 +6,8 @@ logarithm (the median of the first blocks, then the running mean of every block 
 is not significantly slow, in both directions, so a baseline drawn from a few unlucky blocks of a
 warm-up does not stick) and the spread of one block's logarithm around the short-term level, and
 keeps short moving averages of the ratio to the baseline, of the share of blocks over
-``comm_ratio``, and of the excess seconds per second of wall-clock.
+``comm_ratio`` (over half as long: the majority must be recent, and a fault shows in it half a
+second sooner), and of the excess seconds per second of wall-clock.
 
 A channel is *slow* when its transfers are over ``comm_ratio`` times their baseline in most blocks,
 and by at least ``comm_z`` standard errors of that comparison (the spread over the number of blocks
@@ -29,6 +30,7 @@ from rankwatch.detector.config import DetectorConfig
 __all__ = ["TransferTracker"]
 
 _INIT = 8
+_SHARE_K = 0.5  # the share of slow blocks is averaged over this part of the ratio's time
 _SIG_BLOCKS = 64  # a block's spread is averaged over about this many recent blocks
 
 
@@ -58,6 +60,7 @@ class TransferTracker:
         self.W = np.zeros(0)
         self.EX = np.zeros(0)
         self.SF = np.zeros(0)
+        self.SW = np.zeros(0)  # weight behind SF (a shorter average than W's)
         self.last = np.zeros(0)
         self.first = np.zeros(0)
         self.ncell = np.zeros(0)
@@ -99,7 +102,7 @@ class TransferTracker:
             self.first = grow(self.first, np.nan)
             self.n_init = grow(self.n_init, 0)
             self.init_buf = grow(self.init_buf, np.nan)
-            for name in ("S", "W", "EX", "SF", "last", "cur", "ncell"):
+            for name in ("S", "W", "EX", "SF", "SW", "last", "cur", "ncell"):
                 setattr(self, name, grow(getattr(self, name), 0.0))
             allk = np.concatenate([self._keys, new])
             allp = np.concatenate([self._perm, np.arange(start, self.n)])
@@ -124,7 +127,9 @@ class TransferTracker:
             self.S *= k
             self.W *= k
             self.EX *= k
-            self.SF *= k
+            k2 = np.exp(-dt / (_SHARE_K * tau_e))
+            self.SF *= k2
+            self.SW *= k2
         self.t = now
         m = st.c_transfer > 0
         if not m.any():
@@ -145,12 +150,16 @@ class TransferTracker:
         if not est.any():
             return
         e, lt, tr, cnt, t, ch = e[est], lt[est], tr[est], cnt[est], t[est], ch[est]
-        w = np.exp(-np.clip(now - t, 0.0, None) / self._tau()[e])
+        age = np.clip(now - t, 0.0, None)
+        tau_b = self._tau()[e]
+        w = np.exp(-age / tau_b)
+        w2 = np.exp(-age / (_SHARE_K * tau_b))
         lr = lt - self.base[e]
         np.add.at(self.S, e, lr * w)
         np.add.at(self.W, e, w)
         np.add.at(self.EX, e, (tr - np.exp(self.base[e])) * cnt * w)
-        np.add.at(self.SF, e, (lr > np.log(cfg.comm_ratio)) * w)
+        np.add.at(self.SF, e, (lr > np.log(cfg.comm_ratio)) * w2)
+        np.add.at(self.SW, e, w2)
         u, inv = np.unique(e, return_inverse=True)
         cnts = np.bincount(inv, None, u.shape[0])
         chu = self.ch[u]
@@ -218,6 +227,7 @@ class TransferTracker:
         tau_e = self._tau()
         EX = np.bincount(ch, self.EX * est / tau_e, n_channels)
         SF = np.bincount(ch, self.SF * est, n_channels)
+        SW = np.bincount(ch, self.SW * est, n_channels)
         wb = np.bincount(ch, np.nan_to_num(np.exp(self.base)) * self.W, n_channels)
         wc = np.bincount(ch, self.cur * self.W, n_channels)
         nest = np.bincount(ch, est.astype(np.float64), n_channels)
@@ -227,7 +237,7 @@ class TransferTracker:
         self.se = np.sqrt(var) / safe
         self.ratio = np.exp(S / safe)
         self.ex_rate = EX.astype(np.float64)
-        self.slow_frac = SF / safe
+        self.slow_frac = SF / np.maximum(SW, 1e-12)
         self.weight = W
         self.base_s = wb / safe
         self.now_s = wc / safe
