@@ -32,7 +32,7 @@ import numpy as np
 from rankwatch.detector.config import DetectorConfig
 from rankwatch.detector.finding import KINDS, Finding
 from rankwatch.detector.job import JobDetector
-from rankwatch.sim.evidence import expected_answer
+from rankwatch.sim.evidence import expected_answers
 from rankwatch.sim.faults import Expected
 from rankwatch.sim.scenario import Scenario
 from rankwatch.sim.ship import deliveries
@@ -107,7 +107,7 @@ def run_scenario(
     """Run one scenario through a fresh detector and score what it reported."""
     det = JobDetector(config)
     lay = sc.layout
-    expected = [expected_answer(f, lay) for f in sc.faults]
+    expected = expected_answers(sc)
     reported: dict[str, Reported] = {}
     sample: list[dict[str, Any]] = []
     cpu0 = time.process_time()

@@ -9,6 +9,16 @@ same ring by the same amount. There the finest answer the evidence supports is t
 all the places that share the evidence (or one link: a NIC whose node talks to one other node
 looks exactly like the link between them), and that is what the evaluation expects; the engine
 still slows exactly the fault's place.
+
+A communication *hang* shows only through the channels it stops: an op every member entered and
+none completes. Which channels that is depends on when it strikes, so ``expected_answers`` reads it
+from the engine's own run: a hang on a node's NVLink that strikes while the job is saving a
+checkpoint is first met by the barrier of the whole job after the save, whose ring crosses every
+node's NVLink and every link between neighbours; every rank enters it, none leaves, nothing else
+runs again, and no timing or stack tells which place on that ring stopped. The places of the same
+kind (a node's NVLink, a link between two nodes) that lie on every channel that stopped and on none
+that completed a transfer begun after the onset share the evidence, and the answer is the nodes
+they span (the fault's own place when it is the only one).
 """
 
 from __future__ import annotations
@@ -17,11 +27,12 @@ import dataclasses
 
 import numpy as np
 
-from rankwatch.sim.engine import channel_uses
+from rankwatch.sim.engine import _RECV, _SEND, Engine, OpChunk, channel_uses
 from rankwatch.sim.faults import Expected, Fault
 from rankwatch.sim.layout import Layout, node_name
+from rankwatch.sim.scenario import Scenario
 
-__all__ = ["channels", "expected_answer", "signature"]
+__all__ = ["channels", "expected_answer", "expected_answers", "signature"]
 
 
 def channels(lay: Layout) -> list[np.ndarray]:
@@ -68,6 +79,11 @@ def expected_answer(fault: Fault, lay: Layout) -> Expected:
     twins = [p for p in _places(fault, lay) if signature(p, lay, chans) == sig]
     if not sig or twins == [fault]:
         return own
+    return _spanned_answer(own, twins, lay)
+
+
+def _spanned_answer(own: Expected, twins: list[Fault], lay: Layout) -> Expected:
+    """The nodes every place sharing the evidence spans (one link when that is all they are)."""
     gpn = lay.gpus_per_node
 
     def nodes_of(p: Fault) -> set[int]:
@@ -83,3 +99,81 @@ def expected_answer(fault: Fault, lay: Layout) -> Expected:
         return Expected(own.kind, "link", (), names, (names[0], names[1]))
     ranks = tuple(r for x in sorted(spanned) for r in lay.ranks_on_node(x))
     return Expected(own.kind, "node", ranks, names, None)
+
+
+def _run_ops(sc: Scenario) -> OpChunk:
+    eng = Engine(sc)
+    out = []
+    for chunk in eng.steps(sc.duration):
+        out.append(chunk)
+        if not np.isfinite(eng.t_free).any():
+            break
+    return OpChunk.concat(out)
+
+
+def _stopped_and_working(ops: OpChunk, lay: Layout, onset: float) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Channels (as rank pairs) with an op begun after ``onset`` that every member entered and none
+    left, and channels that completed such an op."""
+    groups = lay.groups
+    stopped: dict[tuple[object, ...], np.ndarray] = {}
+    working: dict[tuple[object, ...], np.ndarray] = {}
+    p2p = (ops.kind == _SEND) | (ops.kind == _RECV)
+    # collectives: one op is (group, sequence number)
+    coll = np.flatnonzero(~p2p & (ops.gidx >= 0))
+    if coll.shape[0]:
+        key = ops.gidx[coll] * (int(ops.seq.max()) + 1) + ops.seq[coll]
+        order = np.argsort(key, kind="stable")
+        idx, k = coll[order], key[order]
+        cuts = np.flatnonzero(np.diff(k)) + 1
+        for part in np.split(idx, cuts):
+            start, end = ops.t_start[part], ops.t_end[part]
+            if not np.isfinite(start).all() or start.max() < onset:
+                continue
+            members = groups[int(ops.gidx[part[0]])].members
+            bucket = working if np.isfinite(end).all() else stopped if not np.isfinite(end).any() else None
+            if bucket is not None:
+                bucket[("g", int(ops.gidx[part[0]]))] = lay.ring_edges(members)
+    # point-to-point: the sender's record names the receiving stage; a transfer is one pair's op
+    sends = np.flatnonzero(ops.kind == _SEND)
+    for i in sends.tolist():
+        if not np.isfinite(ops.t_start[i]) or ops.t_start[i] < onset:
+            continue
+        members = groups[int(ops.gidx[i])].members
+        a, b = int(ops.rank[i]), int(members[int(ops.peer[i])])
+        edge = np.array([[a, b]], np.int64)
+        (working if np.isfinite(ops.t_end[i]) else stopped)[("p", min(a, b), max(a, b))] = edge
+    return list(stopped.values()), list(working.values())
+
+
+def _hang_answer(fault: Fault, sc: Scenario, ops: OpChunk) -> Expected:
+    """A communication hang's answer: the places of its kind that stopped what it stopped and no more."""
+    lay = sc.layout
+    own = fault.expected(lay.gpus_per_node, lay.world)
+    stopped, working = _stopped_and_working(ops, lay, fault.onset)
+    gpn = lay.gpus_per_node
+
+    def fits(p: Fault) -> bool:
+        return all(channel_uses(p, e, gpn) for e in stopped) and not any(channel_uses(p, e, gpn) for e in working)
+
+    n = lay.n_nodes
+    if fault.where == "nvl":
+        places = [dataclasses.replace(fault, nodes=(i,)) for i in range(n)]
+    elif fault.where == "link":
+        places = [dataclasses.replace(fault, nodes=(a, b)) for a in range(n) for b in range(a + 1, n)]
+        fault = dataclasses.replace(fault, nodes=tuple(sorted(fault.nodes)))
+    else:
+        return own
+    twins = [p for p in places if fits(p)]
+    if not stopped or fault not in twins or twins == [fault]:
+        return own
+    return _spanned_answer(own, twins, lay)
+
+
+def expected_answers(sc: Scenario) -> list[Expected]:
+    """``expected_answer`` for every fault of ``sc``; a communication hang's from the engine's run."""
+    lay = sc.layout
+    ops = _run_ops(sc) if any(f.kind == "hang_comm" for f in sc.faults) else None
+    return [
+        _hang_answer(f, sc, ops) if ops is not None and f.kind == "hang_comm" else expected_answer(f, lay)
+        for f in sc.faults
+    ]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from rankwatch.sim.evidence import expected_answer, signature
+import dataclasses
+
+from rankwatch.sim.evidence import expected_answer, expected_answers, signature
 from rankwatch.sim.faults import Fault
 from rankwatch.sim.layout import Layout
+from rankwatch.sim.scenario import PROFILES, Scenario, Workload
 
 
 def _names(*nodes: int) -> tuple[str, ...]:
@@ -41,3 +44,24 @@ def test_a_place_with_evidence_of_its_own_keeps_its_own_answer() -> None:
     assert expected_answer(link, lay) == link.expected(lay.gpus_per_node, lay.world)
     straggler = Fault("slow_compute", "rank", ranks=(3,), factor=1.5, onset=20.0)
     assert expected_answer(straggler, lay) == straggler.expected(lay.gpus_per_node, lay.world)
+
+
+def _hang(where: str, nodes: tuple[int, ...], onset: float) -> Scenario:
+    save = dataclasses.replace(PROFILES["checkpoint"], ckpt_every=10, ckpt_s=4.0, ckpt_skew_s=1.0)
+    lay = Layout(tp=8, pp=1, dp=4)  # 4 nodes; the barrier after a save rings over all of them
+    fault = Fault("hang_comm", where, nodes=nodes, onset=onset)
+    return Scenario("hang", lay, Workload(step_s=0.5), save, (fault,), duration=20.0, seed=3)
+
+
+def test_a_hang_met_first_by_the_barrier_of_the_whole_job_is_answered_as_every_node() -> None:
+    # steps of 0.5 s: the save after step 10 runs from about 5 s to 9 s, then all meet in the barrier
+    (e,) = expected_answers(_hang("nvl", (2,), onset=6.0))
+    assert (e.kind, e.level, e.nodes) == ("comm_hang", "node", _names(0, 1, 2, 3))
+    assert e.ranks == tuple(range(32))
+
+
+def test_a_hang_met_first_by_its_own_channel_keeps_its_own_answer() -> None:
+    sc = _hang("nvl", (2,), onset=2.0)  # mid-step: node 2's tensor-parallel ring stops first
+    (e,) = expected_answers(sc)
+    assert e == sc.faults[0].expected(8, 32)
+    assert (e.level, e.nodes) == ("node", _names(2))
