@@ -667,6 +667,9 @@ def test_a_hang_inside_a_whole_job_barrier_says_what_to_do_next() -> None:
     ev = f["evidence"]
     assert ev["ambiguous"] is True and f["score"] == 0.5
     assert "stuck op" in ev["next_step"] and "Flight Recorder" in ev["next_step"] and "node00002" in ev["next_step"]
+    # and the evaluation expects just that (every node: the barrier is all the evidence there is)
+    assert res.expected[0].nodes == tuple(f"node{i:05d}" for i in range(4))
+    assert res.latency[0] is not None and res.latency[0] <= 15.0 and not res.false_suspects
 
 
 def test_a_second_straggler_in_a_job_the_first_already_slowed_holds_the_short_hold() -> None:
