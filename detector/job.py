@@ -574,7 +574,7 @@ class JobDetector:
             slow, healthy = self.xfer.status(n_ch)
             comm_frozen = slow.copy()
             comm_frozen[list(self._ch_slow)] = True
-            ch_excess = np.clip(np.nan_to_num(self.xfer.ex_rate[:n_ch], nan=0.0), 0.0, None)
+            ch_excess = np.clip(np.nan_to_num(self.xfer.ex_held[:n_ch], nan=0.0), 0.0, None)
             if ch_excess.shape[0] < n_ch:
                 ch_excess = np.r_[ch_excess, np.zeros(n_ch - ch_excess.shape[0])]
             roots = self.late.analyse(now, dt, topo, self._reported_ranks("noncomm_slow"), comm_frozen, ch_excess)

@@ -16,7 +16,9 @@ from op to op, and a 30% swing of a few blocks' mean is nothing there), and the 
 least ``comm_channel_effect`` of wall-clock (in a group's first ``comm_warm_s``, whose baseline
 and spread come from a few blocks, twice the standard errors and at least twice
 ``comm_min_effect``); *healthy* when an established baseline and recent
-blocks put it at or under ``comm_healthy_ratio``. Localisation (``rankwatch.detector.localise``)
+blocks put it at or under ``comm_healthy_ratio``. What a slow channel can explain of its
+members' lateness (``ex_held``) is its excess as of its last blocks while it is quiet (a pause
+keeps the lateness it caused), for up to ``pause_s``. Localisation (``rankwatch.detector.localise``)
 takes it from there.
 """
 
@@ -68,6 +70,11 @@ class TransferTracker:
         # per channel results of the last ``status``
         self.ratio = np.zeros(0)
         self.ex_rate = np.zeros(0)
+        # per channel: its excess as of the last analysis that brought it blocks, and when
+        self.ex_last = np.zeros(0)
+        self.ex_last_t = np.zeros(0)
+        self.ex_held = np.zeros(0)
+        self._fresh: list[np.ndarray] = []
         self.slow_frac = np.zeros(0)
         self.weight = np.zeros(0)
         self.base_s = np.zeros(0)
@@ -150,6 +157,7 @@ class TransferTracker:
         if not est.any():
             return
         e, lt, tr, cnt, t, ch = e[est], lt[est], tr[est], cnt[est], t[est], ch[est]
+        self._fresh.append(ch)
         age = np.clip(now - t, 0.0, None)
         tau_b = self._tau()[e]
         w = np.exp(-age / tau_b)
@@ -237,6 +245,20 @@ class TransferTracker:
         self.se = np.sqrt(var) / safe
         self.ratio = np.exp(S / safe)
         self.ex_rate = EX.astype(np.float64)
+        # what a slow channel can explain of its members' lateness: its excess as of its last
+        # blocks while it is quiet (a pause keeps the lateness it caused, so it keeps the excuse)
+        if self.ex_last.shape[0] < n_channels:
+            grow = n_channels - self.ex_last.shape[0]
+            self.ex_last = np.r_[self.ex_last, np.zeros(grow)]
+            self.ex_last_t = np.r_[self.ex_last_t, np.full(grow, -np.inf)]
+        if self._fresh:
+            fresh = np.unique(np.concatenate(self._fresh))
+            fresh = fresh[fresh < n_channels]
+            self._fresh = []
+            self.ex_last[fresh] = self.ex_rate[fresh]
+            self.ex_last_t[fresh] = self.t
+        quiet_ok = (self.t - self.ex_last_t[:n_channels]) <= cfg.pause_s
+        self.ex_held = np.where(quiet_ok, np.maximum(self.ex_rate, self.ex_last[:n_channels]), self.ex_rate)
         self.slow_frac = SF / np.maximum(SW, 1e-12)
         self.weight = W
         self.base_s = wb / safe

@@ -718,3 +718,29 @@ def test_a_second_straggler_in_a_deep_pipeline_is_named_alone_before_its_noise_i
         lay, Workload.for_rate(300.0, lay), HELDOUT_PROFILES["checkpoint+"], 21, 13, 22.130530484095402, 45.0, 2020529
     )
     assert sorted(r.key for r in run_scenario(sc).reported) == ["noncomm_slow:rank:13", "noncomm_slow:rank:21"]
+
+
+def test_a_slow_link_keeps_explaining_its_far_node_s_lateness_through_a_save() -> None:
+    # tp4pp2dp4 at 100/s with every kind of jitter (a probe of our own seeds, 6403): the link
+    # between nodes 1 and 3 slows 4x, a 1.5x straggler (rank 17) follows three seconds later. Node
+    # 3's ranks reach their data-parallel reduces late, which the slow link explains; then the job
+    # saves a checkpoint, the link's channels bring no block for 3.6 s, and their excess, an average
+    # decayed with time, fell under what it had to explain while the lateness it caused was kept
+    # through the save: node 3 was named a slow node for 9 s. The excuse now keeps the channel's
+    # excess as of its last blocks while it is quiet
+    lay = Layout(tp=4, pp=2, dp=4)
+    sc = Scenario(
+        name="link-through-a-save",
+        layout=lay,
+        workload=Workload.for_rate(100.0, lay),
+        profile=PROFILES["everything"],
+        faults=(
+            Fault("slow_comm", "link", nodes=(1, 3), factor=4.0, onset=29.7734),
+            Fault("slow_compute", "rank", ranks=(17,), factor=1.5, onset=32.7734),
+        ),
+        duration=60.0,
+        seed=6403900,
+    )
+    res = run_scenario(sc)
+    assert [r.key for r in res.false_suspects] == []
+    assert res.latency[0] is not None and res.latency[1] is not None
