@@ -133,13 +133,18 @@ def _stopped_and_working(ops: OpChunk, lay: Layout, onset: float) -> tuple[list[
             bucket = working if np.isfinite(end).all() else stopped if not np.isfinite(end).any() else None
             if bucket is not None:
                 bucket[("g", int(ops.gidx[part[0]]))] = lay.ring_edges(members)
-    # point-to-point: the sender's record names the receiving stage; a transfer is one pair's op
-    sends = np.flatnonzero(ops.kind == _SEND)
-    for i in sends.tolist():
-        if not np.isfinite(ops.t_start[i]) or ops.t_start[i] < onset:
-            continue
+    # point-to-point: each record names the other side's stage and both share the pair's sequence
+    # number; a transfer is both sides' op, begun once both entered it
+    recv_start = {
+        (int(ops.rank[i]), int(ops.gidx[i]), int(ops.seq[i])): float(ops.t_start[i])
+        for i in np.flatnonzero(ops.kind == _RECV).tolist()
+    }
+    for i in np.flatnonzero(ops.kind == _SEND).tolist():
         members = groups[int(ops.gidx[i])].members
         a, b = int(ops.rank[i]), int(members[int(ops.peer[i])])
+        began = max(float(ops.t_start[i]), recv_start.get((b, int(ops.gidx[i]), int(ops.seq[i])), np.inf))
+        if not np.isfinite(began) or began < onset:
+            continue
         edge = np.array([[a, b]], np.int64)
         (working if np.isfinite(ops.t_end[i]) else stopped)[("p", min(a, b), max(a, b))] = edge
     return list(stopped.values()), list(working.values())
