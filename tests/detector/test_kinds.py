@@ -728,11 +728,10 @@ def test_a_slow_link_keeps_explaining_its_far_node_s_lateness_through_a_save() -
     # decayed with time, fell under what it had to explain while the lateness it caused was kept
     # through the save: node 3 was named a slow node for 9 s. The excuse now keeps the channel's
     # excess as of its last blocks while it is quiet
-    lay = Layout(tp=4, pp=2, dp=4)
     sc = Scenario(
         name="link-through-a-save",
-        layout=lay,
-        workload=Workload.for_rate(100.0, lay),
+        layout=TP4PP2DP4,
+        workload=Workload.for_rate(100.0, TP4PP2DP4),
         profile=PROFILES["everything"],
         faults=(
             Fault("slow_comm", "link", nodes=(1, 3), factor=4.0, onset=29.7734),
