@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from rankwatch.sim.evidence import expected_answer, expected_answers, signature
+import numpy as np
+
+from rankwatch.sim.engine import OpChunk
+from rankwatch.sim.evidence import _hang_answer, expected_answer, expected_answers, signature
 from rankwatch.sim.faults import Fault
 from rankwatch.sim.layout import Layout
 from rankwatch.sim.scenario import PROFILES, Scenario, Workload
+from rankwatch.wire import OpKind
 
 
 def _names(*nodes: int) -> tuple[str, ...]:
@@ -65,3 +69,25 @@ def test_a_hang_met_first_by_its_own_channel_keeps_its_own_answer() -> None:
     (e,) = expected_answers(sc)
     assert e == sc.faults[0].expected(8, 32)
     assert (e.level, e.nodes) == ("node", _names(2))
+
+
+def test_a_place_that_carried_a_transfer_after_the_onset_is_not_among_a_hang_s_twins() -> None:
+    # the whole job's barrier stopped (every rank inside, none out), but node 0's tensor-parallel
+    # ring completed an op after the onset: its NVLink works, so the answer is the other three nodes
+    lay = Layout(tp=8, pp=1, dp=4)
+    n = lay.world
+    world, tp0 = np.arange(n), np.arange(8)
+    ops = OpChunk(
+        np.r_[world, tp0],
+        np.r_[np.zeros(n, np.int64), np.full(8, lay.group_index[("tp", 0, 0)])],
+        np.r_[np.full(n, int(OpKind.BARRIER)), np.full(8, int(OpKind.ALL_REDUCE))],
+        np.full(n + 8, -1),
+        np.r_[np.ones(n, np.int64), np.full(8, 5)],
+        np.zeros(n + 8, np.int64),
+        np.r_[np.full(n, 10.0), np.full(8, 9.5)],
+        np.r_[np.full(n, 10.0), np.full(8, 9.5)],
+        np.r_[np.full(n, np.inf), np.full(8, 9.6)],
+    )
+    fault = Fault("hang_comm", "nvl", nodes=(2,), onset=9.0)
+    e = _hang_answer(fault, Scenario("hang", lay, faults=(fault,)), ops)
+    assert (e.level, e.nodes) == ("node", _names(1, 2, 3))
