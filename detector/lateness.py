@@ -99,6 +99,8 @@ class LatenessTracker:
         self.d_slot = np.zeros(0)  # per slot: share inside its ops now, over the usual
         self.in_age = np.zeros(0)
         self.d_in = np.zeros(0)  # per rank: share of wall-clock inside ops now, over the usual
+        self.d_slot_own = np.zeros(0)  # ...as ``d_slot`` and ``d_in``, less a whole-job group's rare ops
+        self.d_in_own = np.zeros(0)
         self.base_age = np.zeros(0)
         self.noise_age = np.zeros(0)
         self.ncells = np.zeros(0)
@@ -125,6 +127,7 @@ class LatenessTracker:
         self.waiting = np.zeros(0, bool)  # per slot: old enough to judge, but too few recent buckets
         self.gap = np.zeros(0, bool)  # per slot: its group went quiet since the slot was last judged
         self._prev_roots: dict[int, Straggler] = {}
+        self._roots_seen = np.zeros(0)  # per channel, its newest analysed op at the last analysis
         self.thr = np.zeros(0)
         self.stage_run = np.zeros(0)  # per node: seconds its slow-stage evidence has held
         self.stage_out = np.zeros(0)  # per node: seconds since that evidence last held (while run > 0)
@@ -573,7 +576,16 @@ class LatenessTracker:
         self.thr = thr
         self.steady = steady
         wd, wo = self._ring_sum(self.bd, n), self._ring_sum(self.bo, n)
-        extra = self._learn_extra(now, dt, topo, wd, wo, rate, has)
+        # no op analysed anywhere in the job since the last analysis (a checkpoint's save, a gap
+        # between batches): the victim tests keep what they read then. Read again, the same ring
+        # reads differently as the op rates decay into the pause (for ``stale_s``): every rank's
+        # share of time inside ops falls with them, and victims of a straggler lost their excuse
+        # (probe seed 6403, tp2pp4dp2: a straggler's tensor-parallel mate and a stage before it,
+        # two seconds into a save, made half its node roots and the node was named)
+        seen = self.ch_new[: topo.n_channels]
+        news = seen.shape != self._roots_seen.shape or bool((seen > self._roots_seen).any())
+        self._roots_seen = seen.copy()
+        extra = self._learn_extra(now, dt, topo, wd, wo, rate, has, news)
         out = self._roots(hot, topo, frozen_ch, ch_excess, wo, extra)
         self._slow_stages(dt, topo, out, frozen_ch, keep)
         self._prev_roots = out
@@ -588,8 +600,12 @@ class LatenessTracker:
         wo: np.ndarray,
         rate: np.ndarray,
         has: np.ndarray,
+        news: bool = True,
     ) -> np.ndarray:
         """Per slot: seconds inside its ops over the window beyond what is usual for it; learns the usual.
+
+        Also each rank's share of time inside ops now over its usual (``d_in``), unless nothing
+        was analysed since the last call (``news``): then it stands as it was.
 
         The per-op baseline is a lower envelope (``base_dur``), so a slot spends some time over it
         even when nothing is wrong. In a pipeline's sends and receives that is large and steady: a
@@ -640,8 +656,20 @@ class LatenessTracker:
             np.bincount(topo.slot_rank, np.where(known, u_sl, 0.0), topo.world),
             np.nan,
         )
-        self.d_slot = np.where(known & ok_r[topo.slot_rank], share - np.nan_to_num(u_sl, nan=0.0), 0.0)
-        self.d_in = np.where(ok_r, np.bincount(topo.slot_rank, self.d_slot, topo.world), np.nan)
+        if news or self.d_slot.shape[0] != n or self.d_in.shape[0] != topo.world:
+            self.d_slot = np.where(known & ok_r[topo.slot_rank], share - np.nan_to_num(u_sl, nan=0.0), 0.0)
+            self.d_in = np.where(ok_r, np.bincount(topo.slot_rank, self.d_slot, topo.world), np.nan)
+            # for the victim test, a group of the whole job most of whose members have too few recent
+            # ops to judge (the barrier after a checkpoint's save) says nothing of a rank's own work:
+            # every rank sits in that barrier for as long as the slowest writer takes, and for the
+            # seconds it stayed in the window a straggler slow from before the save read as a rank
+            # waiting on somebody (unseen-straggler-000: named 1.5 s later). Per group, not per
+            # member, and not for the slow-stage test: a node's ranks counted in or out of it by
+            # chance made one node's share swing against the others' (a false slow stage)
+            has_ch = np.bincount(topo.slot_ch, has, topo.n_channels)
+            rare_ch = (topo.ch_size >= topo.world) & (2 * has_ch < topo.ch_size)
+            self.d_slot_own = np.where(rare_ch[topo.slot_ch], 0.0, self.d_slot)
+            self.d_in_own = np.where(ok_r, np.bincount(topo.slot_rank, self.d_slot_own, topo.world), np.nan)
         usual, age = self.usual_extra[sl], self.extra_age[sl]
         a = self._weight(age, dt)
         first = learn & np.isnan(usual)
@@ -881,7 +909,7 @@ class LatenessTracker:
             # more waiting elsewhere than its group-mates...
             if float(rel[s]) >= self.cfg.explain_k * late_s:
                 continue
-            d_in = float(self.d_in[r])
+            d_in = float(self.d_in_own[r])
             # waiting in another group on a member that is late there is that member's doing: it
             # says nothing of whether this rank is also slow itself (two stragglers in one group);
             # nor does, on the second pass, its waiting in this group on a root later still (a worse
@@ -890,7 +918,7 @@ class LatenessTracker:
             if second == "in":
                 on_other = np.append(on_other, s)
             if on_other.shape[0]:
-                d_in -= float(np.clip(self.d_slot[on_other], 0.0, None).sum())
+                d_in -= float(np.clip(self.d_slot_own[on_other], 0.0, None).sum())
             if np.isfinite(d_in) and np.isfinite(self.usual_in[r]):
                 # ...more time inside ops than its own usual: a rank whose own work grew by what makes
                 # the others wait L seconds a second spends (1 - u) L less of its time inside ops (u:
