@@ -127,6 +127,12 @@ class DetectorConfig:
     """Raw records are grouped into blocks spanning about this long (a power of two of ops, <= 64)."""
     node_share: float = 0.5
     """Suspect ranks covering at least this share of a node's ranks make the node the suspect."""
+    node_lean: float = 0.5
+    """A node whose ranks in a group of the job are late there by this share of their thresholds on
+    average (at least ``node_share`` of the node's ranks by half that), while the group's other
+    members are not, for ``mild_hold_s`` of fresh data, is a slow node: a slow node of a pure
+    data-parallel job makes its ranks late together by less than the threshold any one of them
+    is judged by alone."""
     analysis_slots_per_s: float = 250_000.0
     """Slowness analysis runs every (slots / this) seconds at most (a slot is one rank in one group)."""
     max_analysis_period_s: float = 4.0

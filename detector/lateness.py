@@ -99,8 +99,6 @@ class LatenessTracker:
         self.d_slot = np.zeros(0)  # per slot: share inside its ops now, over the usual
         self.in_age = np.zeros(0)
         self.d_in = np.zeros(0)  # per rank: share of wall-clock inside ops now, over the usual
-        self.d_slot_own = np.zeros(0)  # ...as ``d_slot`` and ``d_in``, less a whole-job group's rare ops
-        self.d_in_own = np.zeros(0)
         self.base_age = np.zeros(0)
         self.noise_age = np.zeros(0)
         self.ncells = np.zeros(0)
@@ -127,9 +125,10 @@ class LatenessTracker:
         self.waiting = np.zeros(0, bool)  # per slot: old enough to judge, but too few recent buckets
         self.gap = np.zeros(0, bool)  # per slot: its group went quiet since the slot was last judged
         self._prev_roots: dict[int, Straggler] = {}
-        self._roots_seen = np.zeros(0)  # per channel, its newest analysed op at the last analysis
         self.thr = np.zeros(0)
         self.stage_run = np.zeros(0)  # per node: seconds its slow-stage evidence has held
+        self.lean_run = np.zeros(0)  # per node: seconds its ranks have leaned late together (``_lean_nodes``)
+        self.lean_out = np.zeros(0)  # per node: seconds since they last did (while run > 0)
         self.stage_out = np.zeros(0)  # per node: seconds since that evidence last held (while run > 0)
         self.stage_z = np.full(0, np.nan)  # per node: change of its share inside ops against the other nodes'
         self.stage_late = np.full(0, np.nan)  # per node: usual lateness at its cross-node point-to-point channels
@@ -576,18 +575,10 @@ class LatenessTracker:
         self.thr = thr
         self.steady = steady
         wd, wo = self._ring_sum(self.bd, n), self._ring_sum(self.bo, n)
-        # no op analysed anywhere in the job since the last analysis (a checkpoint's save, a gap
-        # between batches): the victim tests keep what they read then. Read again, the same ring
-        # reads differently as the op rates decay into the pause (for ``stale_s``): every rank's
-        # share of time inside ops falls with them, and victims of a straggler lost their excuse
-        # (probe seed 6403, tp2pp4dp2: a straggler's tensor-parallel mate and a stage before it,
-        # two seconds into a save, made half its node roots and the node was named)
-        seen = self.ch_new[: topo.n_channels]
-        news = seen.shape != self._roots_seen.shape or bool((seen > self._roots_seen).any())
-        self._roots_seen = seen.copy()
-        extra = self._learn_extra(now, dt, topo, wd, wo, rate, has, news)
+        extra = self._learn_extra(now, dt, topo, wd, wo, rate, has)
         out = self._roots(hot, topo, frozen_ch, ch_excess, wo, extra)
         self._slow_stages(dt, topo, out, frozen_ch, keep)
+        self._lean_nodes(dt, topo, out, frozen_ch, keep, grown_up)
         self._prev_roots = out
         return out
 
@@ -600,12 +591,8 @@ class LatenessTracker:
         wo: np.ndarray,
         rate: np.ndarray,
         has: np.ndarray,
-        news: bool = True,
     ) -> np.ndarray:
         """Per slot: seconds inside its ops over the window beyond what is usual for it; learns the usual.
-
-        Also each rank's share of time inside ops now over its usual (``d_in``), unless nothing
-        was analysed since the last call (``news``): then it stands as it was.
 
         The per-op baseline is a lower envelope (``base_dur``), so a slot spends some time over it
         even when nothing is wrong. In a pipeline's sends and receives that is large and steady: a
@@ -656,20 +643,8 @@ class LatenessTracker:
             np.bincount(topo.slot_rank, np.where(known, u_sl, 0.0), topo.world),
             np.nan,
         )
-        if news or self.d_slot.shape[0] != n or self.d_in.shape[0] != topo.world:
-            self.d_slot = np.where(known & ok_r[topo.slot_rank], share - np.nan_to_num(u_sl, nan=0.0), 0.0)
-            self.d_in = np.where(ok_r, np.bincount(topo.slot_rank, self.d_slot, topo.world), np.nan)
-            # for the victim test, a group of the whole job most of whose members have too few recent
-            # ops to judge (the barrier after a checkpoint's save) says nothing of a rank's own work:
-            # every rank sits in that barrier for as long as the slowest writer takes, and for the
-            # seconds it stayed in the window a straggler slow from before the save read as a rank
-            # waiting on somebody (unseen-straggler-000: named 1.5 s later). Per group, not per
-            # member, and not for the slow-stage test: a node's ranks counted in or out of it by
-            # chance made one node's share swing against the others' (a false slow stage)
-            has_ch = np.bincount(topo.slot_ch, has, topo.n_channels)
-            rare_ch = (topo.ch_size >= topo.world) & (2 * has_ch < topo.ch_size)
-            self.d_slot_own = np.where(rare_ch[topo.slot_ch], 0.0, self.d_slot)
-            self.d_in_own = np.where(ok_r, np.bincount(topo.slot_rank, self.d_slot_own, topo.world), np.nan)
+        self.d_slot = np.where(known & ok_r[topo.slot_rank], share - np.nan_to_num(u_sl, nan=0.0), 0.0)
+        self.d_in = np.where(ok_r, np.bincount(topo.slot_rank, self.d_slot, topo.world), np.nan)
         usual, age = self.usual_extra[sl], self.extra_age[sl]
         a = self._weight(age, dt)
         first = learn & np.isnan(usual)
@@ -793,6 +768,112 @@ class LatenessTracker:
                 st.slots.extend(slots[ex > 0].tolist() or [int(slots[best])])
                 out.setdefault(int(r), st)
 
+    def _lean_nodes(
+        self,
+        dt: float,
+        topo: Topology,
+        out: dict[int, Straggler],
+        frozen_ch: np.ndarray | None,
+        keep: set[int],
+        judged: np.ndarray,
+    ) -> None:
+        """A slow node whose ranks share a group of the job together: its ranks become roots.
+
+        In a pure data-parallel job (dp24: eight ranks of a node in one group of 24) a 1.2x node
+        makes each of its ranks late at every reduce by about half the threshold any one of them
+        is judged by alone, the threshold its own fluctuation sets; one of them crosses it now and
+        then and was named alone, the node never. Eight ranks late together by half a threshold,
+        while the group's other members are not late, is no chance: the node is slow. Judged per
+        group that holds ``node_share`` of a node's ranks and is at least half other nodes' ranks:
+        the node's ranks there late by ``node_lean`` of their thresholds on average and that share
+        of them by half of it, the group's lower median under a quarter of it (slots with history,
+        ``judged``; a paused slot keeps its judgement), and its ranks' share of time inside ops
+        grown less than the other members' (they compute longer, the others wait); held
+        ``mild_hold_s``, through breaks of up to ``root_gap_s``. Not where the node's channels
+        carry slow transfers (the transfer analysis speaks for those). A group of one node's
+        ranks only (a tensor-parallel group) never qualifies: there the ranks wait for each other.
+        """
+        cfg = self.cfg
+        n = topo.n_slots
+        n_nodes = len(topo.node_names)
+        self.lean_run = _grow(self.lean_run, n_nodes, 0.0)
+        self.lean_out = _grow(self.lean_out, n_nodes, 0.0)
+        run, gone = self.lean_run[:n_nodes], self.lean_out[:n_nodes]
+        if n_nodes < 2 or not n:
+            run[:] = 0.0
+            return
+        node_of = topo.node_of[: topo.world]
+        sn = node_of[topo.slot_rank[:n]]
+        ch = topo.slot_ch[:n]
+        z = np.nan_to_num(self.ex_late[:n] / np.maximum(self.thr[:n], 1e-12), nan=np.nan)
+        ok = (topo.ch_parent[ch] < 0) & (sn >= 0) & np.isfinite(z) & judged[:n]
+        size = np.bincount(node_of[node_of >= 0], minlength=n_nodes)
+        need = np.maximum(2, np.ceil(cfg.node_share * size)).astype(np.int64)
+        kept = np.zeros(n_nodes, bool)
+        if keep:
+            kr = np.fromiter(keep, np.int64, len(keep))
+            kn = node_of[kr[(kr >= 0) & (kr < topo.world)]]
+            kept[kn[kn >= 0]] = True
+        cond = np.zeros(n_nodes, bool)
+        best: dict[int, np.ndarray] = {}
+        if ok.any():
+            lm = self._lower_median(np.where(ok, z, np.inf), topo)
+            key = ch[ok] * n_nodes + sn[ok]
+            k_all = topo.n_channels * n_nodes
+            cnt = np.bincount(key, minlength=k_all)
+            zsum = np.bincount(key, z[ok], k_all)
+            line = np.where(kept, 0.5, 1.0)[np.arange(k_all) % n_nodes] * cfg.node_lean
+            broad = np.bincount(key, z[ok] >= 0.5 * cfg.node_lean, k_all)
+            ch_of, node_at = np.arange(k_all) // n_nodes, np.arange(k_all) % n_nodes
+            first = np.full(topo.n_channels, -1, np.int64)
+            first[ch[::-1]] = np.arange(n)[::-1]  # a slot of each channel
+            ch_lm = np.where(first >= 0, lm[np.maximum(first, 0)], np.inf)
+            # ...and its ranks spend less of their time inside ops than the group's other members
+            # (they compute longer; the others wait for them): a pipeline stage that a slow stage
+            # before it holds up is as late at its reduces together, but it waited to be
+            din = np.nan_to_num(self.d_in[topo.slot_rank[:n]], nan=0.0) if self.d_in.shape[0] else np.zeros(n)
+            # ...nor are they late there as the victims the rank test found (hot, not roots): that
+            # stage's ranks cross their thresholds and are excused for their waiting
+            is_root = np.zeros(topo.world, bool)
+            if out:
+                is_root[np.fromiter(out, np.int64, len(out))] = True
+            victim = self.hot[:n] & ~is_root[topo.slot_rank[:n]]
+            vict = np.bincount(key, victim[ok], k_all)
+            din_node = np.bincount(key, din[ok], k_all) / np.maximum(cnt, 1)
+            ok_ch = np.bincount(ch[ok], minlength=topo.n_channels)
+            din_ch = np.bincount(ch[ok], din[ok], topo.n_channels)
+            off = np.maximum(ok_ch[ch_of] - cnt, 1)
+            din_off = (din_ch[ch_of] - din_node * cnt) / off
+            good = (
+                (cnt >= need[node_at])
+                & (2 * cnt <= topo.ch_size[ch_of])
+                & (zsum >= line * np.maximum(cnt, 1))
+                & (broad >= need[node_at])
+                & (ch_lm[ch_of] < 0.25 * cfg.node_lean)
+                & (din_node < din_off)
+                & (4 * vict <= cnt)
+            )
+            for k in np.flatnonzero(good).tolist():
+                node = int(node_at[k])
+                cond[node] = True
+                best.setdefault(node, np.flatnonzero(ok & (ch == ch_of[k]) & (sn == node)))
+        if frozen_ch is not None and frozen_ch.shape[0]:
+            cond[np.unique(sn[frozen_ch[ch] & (sn >= 0)])] = False
+        gone[:] = np.where(cond, 0.0, gone + dt)
+        run[:] = np.where(cond, run + dt, np.where(gone <= cfg.root_gap_s, run, 0.0))
+        for node in np.flatnonzero(cond & (run >= cfg.mild_hold_s)).tolist():
+            for s in best[node].tolist():
+                r = int(topo.slot_rank[s])
+                st = Straggler(
+                    rank=r,
+                    excess=float(self.ex_late[s]),
+                    threshold=float(self.thr[s]),
+                    onset=float(self.onset[s]),
+                    held=True,
+                )
+                st.slots.append(s)
+                out.setdefault(r, st)
+
     def _weight(self, age: np.ndarray, dt: float) -> np.ndarray:
         """Weight of a new sample in a baseline ``age`` seconds old: a running average while it
         is younger than ``baseline_warm_s``, then a time constant of ``baseline_tau_s``."""
@@ -859,6 +940,13 @@ class LatenessTracker:
         # collective groups that cross nodes: where a straggler (or a slow node) shows as lateness
         cross = topo.ch_cross_node()[topo.slot_ch] & (topo.ch_parent[topo.slot_ch] < 0)
         hot_in_ch = np.bincount(topo.slot_ch, hot.astype(np.float64), topo.n_channels)
+        # a pipeline neighbour late at its sends by the bar of a collective group (``p2p_k`` times
+        # less than what names it: a pipeline's waits follow its schedule) is late enough for the
+        # rank that waited on it to have waited on somebody
+        ex_now = np.nan_to_num(self.ex_late[: hot.shape[0]], nan=0.0)
+        late_p2p = (topo.ch_parent[topo.slot_ch] >= 0) & (ex_now >= self.thr[: hot.shape[0]] / self.cfg.p2p_k)
+        late_member = hot | late_p2p
+        late_in_ch = np.bincount(topo.slot_ch, late_member.astype(np.float64), topo.n_channels)
         # per channel: the largest excess of a hot member (who is later still than a given one)
         hot_ex = np.where(hot, np.nan_to_num(self.ex_late[: hot.shape[0]], nan=0.0), -np.inf)
         hot_max = np.full(topo.n_channels, -np.inf)
@@ -909,7 +997,7 @@ class LatenessTracker:
             # more waiting elsewhere than its group-mates...
             if float(rel[s]) >= self.cfg.explain_k * late_s:
                 continue
-            d_in = float(self.d_in_own[r])
+            d_in = float(self.d_in[r])
             # waiting in another group on a member that is late there is that member's doing: it
             # says nothing of whether this rank is also slow itself (two stragglers in one group);
             # nor does, on the second pass, its waiting in this group on a root later still (a worse
@@ -918,7 +1006,7 @@ class LatenessTracker:
             if second == "in":
                 on_other = np.append(on_other, s)
             if on_other.shape[0]:
-                d_in -= float(np.clip(self.d_slot_own[on_other], 0.0, None).sum())
+                d_in -= float(np.clip(self.d_slot[on_other], 0.0, None).sum())
             if np.isfinite(d_in) and np.isfinite(self.usual_in[r]):
                 # ...more time inside ops than its own usual: a rank whose own work grew by what makes
                 # the others wait L seconds a second spends (1 - u) L less of its time inside ops (u:
@@ -945,7 +1033,9 @@ class LatenessTracker:
                 # ...or, outright, much more waiting elsewhere than its lateness; or it waited, in
                 # another group, for a member that is late there itself
                 others = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & ~hot[mine]]
-                waited = others[(hot_in_ch[topo.slot_ch[others]] > 0) & (extra[others] > 0.2 * late_s)]
+                waited = others[
+                    (late_in_ch[topo.slot_ch[others]] - late_member[others] > 0) & (extra[others] > 0.2 * late_s)
+                ]
                 if float(elsewhere[s]) >= 1.5 * late_s or waited.shape[0]:
                     # (its mates waited about as much elsewhere: on the second pass, if all it waited
                     # on were roots, the wait they shared is not what made it later than them)
