@@ -3,9 +3,10 @@
 A probe outside the evaluation suite's splits, for checking a detector change for false suspects
 and misses on layouts a split uses without running (or reading) that split: faults are drawn by
 the suite's own rules (``rankwatch.sim.suite``), ``--per-class`` of each of its 18 classes, on the
-given layouts, with the tuning split's profiles and its 10 and 100 collectives per rank per second,
-from ``--seed``. Prints every run with a miss or a false suspect, then the totals. Misses count
-every fault, the optional ones (under 1.03x) too.
+given layouts, with the tuning split's profiles (or, ``--profiles``, heldout's or unseen's
+stronger and other jitter) and its 10 and 100 collectives per rank per second, from ``--seed``.
+Prints every run with a miss or a false suspect, then the totals. Misses count every fault, the
+optional ones (under 1.03x) too.
 
 python bench/probe_classes.py --layouts tp4pp2dp4 tp2pp4dp2 --seed 5151 --per-class 5 --workers 2
 """
@@ -20,10 +21,16 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from rankwatch.detector.evaluate import run_scenario
-from rankwatch.sim import PROFILES, Layout, Scenario
-from rankwatch.sim.suite import FAULT_CLASSES, _faults_for, _scenario
+from rankwatch.sim import PROFILES, Layout, Profile, Scenario
+from rankwatch.sim.suite import FAULT_CLASSES, HELDOUT_PROFILES, UNSEEN_PROFILES, _faults_for, _scenario
 
 TUNE_PROFILES = ("quiet", "cpu_noise", "gc", "first_step", "checkpoint", "data", "everything")
+# the jitter profiles a probe may draw from: the tuning split's, or those of heldout or unseen
+PROFILE_SETS: dict[str, list[Profile]] = {
+    "tune": [PROFILES[p] for p in TUNE_PROFILES],
+    "heldout": list(HELDOUT_PROFILES.values()),
+    "unseen": list(UNSEEN_PROFILES.values()),
+}
 RATES = (10.0, 100.0)
 
 
@@ -35,8 +42,9 @@ def _layout(name: str) -> Layout:
     return Layout(tp=tp, pp=pp, dp=dp)
 
 
-def _scenarios(layouts: list[str], seed: int, per_class: int) -> list[Scenario]:
+def _scenarios(layouts: list[str], seed: int, per_class: int, profiles: str = "tune") -> list[Scenario]:
     rng = np.random.default_rng(seed)
+    profs = PROFILE_SETS[profiles]
     out: list[Scenario] = []
     for cls in FAULT_CLASSES:
         made = tries = 0
@@ -45,7 +53,7 @@ def _scenarios(layouts: list[str], seed: int, per_class: int) -> list[Scenario]:
             name = layouts[int(rng.integers(len(layouts)))]
             lay = _layout(name)
             rate = float(rng.choice(RATES))
-            prof = PROFILES[TUNE_PROFILES[int(rng.integers(len(TUNE_PROFILES)))]]
+            prof = profs[int(rng.integers(len(profs)))]
             faults = _faults_for(cls, lay, rng, float(rng.uniform(22.0, 32.0)), rate)
             if faults is None:
                 continue
@@ -67,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=5151)
     ap.add_argument("--per-class", type=int, default=5)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--profiles", choices=sorted(PROFILE_SETS), default="tune")
     args = ap.parse_args(argv)
-    scs = _scenarios(args.layouts, args.seed, args.per_class)
+    scs = _scenarios(args.layouts, args.seed, args.per_class, args.profiles)
     runs = false = missed = faults = 0
     with ProcessPoolExecutor(max(1, args.workers)) as pool:
         for name, tags, bad, miss, n in pool.map(_one, scs):
