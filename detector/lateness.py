@@ -816,18 +816,18 @@ class LatenessTracker:
             kept[kn[kn >= 0]] = True
         cond = np.zeros(n_nodes, bool)
         best: dict[int, np.ndarray] = {}
-        if ok.any():
-            lm = self._lower_median(np.where(ok, z, np.inf), topo)
-            key = ch[ok] * n_nodes + sn[ok]
-            k_all = topo.n_channels * n_nodes
-            cnt = np.bincount(key, minlength=k_all)
-            zsum = np.bincount(key, z[ok], k_all)
-            line = np.where(kept, 0.5, 1.0)[np.arange(k_all) % n_nodes] * cfg.node_lean
-            broad = np.bincount(key, z[ok] >= 0.5 * cfg.node_lean, k_all)
-            ch_of, node_at = np.arange(k_all) // n_nodes, np.arange(k_all) % n_nodes
-            first = np.full(topo.n_channels, -1, np.int64)
-            first[ch[::-1]] = np.arange(n)[::-1]  # a slot of each channel
-            ch_lm = np.where(first >= 0, lm[np.maximum(first, 0)], np.inf)
+        # only groups where two members or more lean at all (a healthy job of 100,000 ranks has few)
+        lean = ok & (z >= 0.5 * cfg.node_lean)
+        lean_ch = np.bincount(ch[lean], minlength=topo.n_channels) >= 2
+        sel = ok & lean_ch[ch]
+        if sel.any():
+            key, inv = np.unique(ch[sel] * n_nodes + sn[sel], return_inverse=True)
+            m = key.shape[0]
+            ch_of, node_at = key // n_nodes, key % n_nodes
+            cnt = np.bincount(inv, minlength=m)
+            zsum = np.bincount(inv, z[sel], m)
+            broad = np.bincount(inv, lean[sel], m)
+            line = np.where(kept[node_at], 0.5, 1.0) * cfg.node_lean
             # ...and its ranks spend less of their time inside ops than the group's other members
             # (they compute longer; the others wait for them): a pipeline stage that a slow stage
             # before it holds up is as late at its reduces together, but it waited to be
@@ -838,10 +838,10 @@ class LatenessTracker:
             if out:
                 is_root[np.fromiter(out, np.int64, len(out))] = True
             victim = self.hot[:n] & ~is_root[topo.slot_rank[:n]]
-            vict = np.bincount(key, victim[ok], k_all)
-            din_node = np.bincount(key, din[ok], k_all) / np.maximum(cnt, 1)
-            ok_ch = np.bincount(ch[ok], minlength=topo.n_channels)
-            din_ch = np.bincount(ch[ok], din[ok], topo.n_channels)
+            vict = np.bincount(inv, victim[sel], m)
+            din_node = np.bincount(inv, din[sel], m) / np.maximum(cnt, 1)
+            ok_ch = np.bincount(ch[sel], minlength=topo.n_channels)
+            din_ch = np.bincount(ch[sel], din[sel], topo.n_channels)
             off = np.maximum(ok_ch[ch_of] - cnt, 1)
             din_off = (din_ch[ch_of] - din_node * cnt) / off
             good = (
@@ -849,14 +849,18 @@ class LatenessTracker:
                 & (2 * cnt <= topo.ch_size[ch_of])
                 & (zsum >= line * np.maximum(cnt, 1))
                 & (broad >= need[node_at])
-                & (ch_lm[ch_of] < 0.25 * cfg.node_lean)
                 & (din_node < din_off)
                 & (4 * vict <= cnt)
             )
             for k in np.flatnonzero(good).tolist():
+                c = int(ch_of[k])
+                lo, hi = int(topo.ch_off[c]), int(topo.ch_off[c] + topo.ch_size[c])
+                mid = (hi - lo - 1) // 2
+                if float(np.partition(np.where(ok[lo:hi], z[lo:hi], np.inf), mid)[mid]) >= 0.25 * cfg.node_lean:
+                    continue  # the group's lower median leans too: the others are late as well
                 node = int(node_at[k])
                 cond[node] = True
-                best.setdefault(node, np.flatnonzero(ok & (ch == ch_of[k]) & (sn == node)))
+                best.setdefault(node, np.flatnonzero(ok & (ch == c) & (sn == node)))
         if frozen_ch is not None and frozen_ch.shape[0]:
             cond[np.unique(sn[frozen_ch[ch] & (sn >= 0)])] = False
         gone[:] = np.where(cond, 0.0, gone + dt)
