@@ -716,11 +716,7 @@ class LatenessTracker:
             found[on[on >= 0]] = True
         if frozen_ch is not None and frozen_ch.shape[0]:
             found[np.unique(slot_node[frozen_ch[topo.slot_ch[:n]] & (slot_node >= 0)])] = True
-        kept = np.zeros(n_nodes, bool)
-        if keep:
-            kr = np.fromiter(keep, np.int64, len(keep))
-            kn = node_of[kr[(kr >= 0) & (kr < topo.world)]]
-            kept[kn[kn >= 0]] = True
+        kept = self._nodes_of(keep, topo, n_nodes)
         held = kept & (run >= cfg.stage_hold_s)  # reported as a slow stage, not for one of its ranks
         usual[:] = np.where(np.isnan(usual), late, usual)
         d_late = late - usual
@@ -750,8 +746,7 @@ class LatenessTracker:
         # meanwhile): a stage slower by 10-20% swings across the line, and started afresh at every
         # break its 6 s hold ran out rarely, while the usual it then learned took the fault in
         gone = self.stage_out[:n_nodes]
-        gone[:] = np.where(cond, 0.0, gone + dt)
-        run[:] = np.where(cond, run + dt, np.where(gone <= cfg.root_gap_s, run, 0.0))
+        self._hold(run, gone, cond, dt)
         for node in np.flatnonzero(cond & (run >= cfg.stage_hold_s)).tolist():
             mine = sl[p2p_node == node]
             for r in np.unique(topo.slot_rank[mine]).tolist():
@@ -809,11 +804,7 @@ class LatenessTracker:
         ok = (topo.ch_parent[ch] < 0) & (sn >= 0) & np.isfinite(z) & judged[:n]
         size = np.bincount(node_of[node_of >= 0], minlength=n_nodes)
         need = np.maximum(2, np.ceil(cfg.node_share * size)).astype(np.int64)
-        kept = np.zeros(n_nodes, bool)
-        if keep:
-            kr = np.fromiter(keep, np.int64, len(keep))
-            kn = node_of[kr[(kr >= 0) & (kr < topo.world)]]
-            kept[kn[kn >= 0]] = True
+        kept = self._nodes_of(keep, topo, n_nodes)
         cond = np.zeros(n_nodes, bool)
         best: dict[int, np.ndarray] = {}
         # only groups where two members or more lean at all (a healthy job of 100,000 ranks has few)
@@ -863,8 +854,7 @@ class LatenessTracker:
                 best.setdefault(node, np.flatnonzero(ok & (ch == c) & (sn == node)))
         if frozen_ch is not None and frozen_ch.shape[0]:
             cond[np.unique(sn[frozen_ch[ch] & (sn >= 0)])] = False
-        gone[:] = np.where(cond, 0.0, gone + dt)
-        run[:] = np.where(cond, run + dt, np.where(gone <= cfg.root_gap_s, run, 0.0))
+        self._hold(run, gone, cond, dt)
         for node in np.flatnonzero(cond & (run >= cfg.mild_hold_s)).tolist():
             for s in best[node].tolist():
                 r = int(topo.slot_rank[s])
@@ -877,6 +867,22 @@ class LatenessTracker:
                 )
                 st.slots.append(s)
                 out.setdefault(r, st)
+
+    @staticmethod
+    def _nodes_of(ranks: set[int], topo: Topology, n_nodes: int) -> np.ndarray:
+        """Per node: whether it holds any of ``ranks``."""
+        on = np.zeros(n_nodes, bool)
+        if ranks:
+            rs = np.fromiter(ranks, np.int64, len(ranks))
+            nodes = topo.node_of[: topo.world][rs[(rs >= 0) & (rs < topo.world)]]
+            on[nodes[nodes >= 0]] = True
+        return on
+
+    def _hold(self, run: np.ndarray, gone: np.ndarray, cond: np.ndarray, dt: float) -> None:
+        """Per node, in place: seconds ``cond`` has held (``run``), through breaks of up to
+        ``root_gap_s`` that do not count (``gone``: seconds since it last held)."""
+        gone[:] = np.where(cond, 0.0, gone + dt)
+        run[:] = np.where(cond, run + dt, np.where(gone <= self.cfg.root_gap_s, run, 0.0))
 
     def _weight(self, age: np.ndarray, dt: float) -> np.ndarray:
         """Weight of a new sample in a baseline ``age`` seconds old: a running average while it
@@ -952,7 +958,7 @@ class LatenessTracker:
         late_member = hot | late_p2p
         late_in_ch = np.bincount(topo.slot_ch, late_member.astype(np.float64), topo.n_channels)
         # per channel: the largest excess of a hot member (who is later still than a given one)
-        hot_ex = np.where(hot, np.nan_to_num(self.ex_late[: hot.shape[0]], nan=0.0), -np.inf)
+        hot_ex = np.where(hot, ex_now, -np.inf)
         hot_max = np.full(topo.n_channels, -np.inf)
         np.maximum.at(hot_max, topo.slot_ch[: hot.shape[0]], hot_ex)
         out: dict[int, Straggler] = {}

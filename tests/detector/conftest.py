@@ -9,7 +9,7 @@ import pytest
 
 from rankwatch.detector import DetectorConfig
 from rankwatch.detector.evaluate import EVAL_EVERY_S, ScenarioResult, run_scenario
-from rankwatch.sim import PROFILES, Fault, Layout, Scenario, Workload
+from rankwatch.sim import PROFILES, Fault, Layout, Profile, Scenario, Workload
 
 Run = Callable[..., ScenarioResult]
 
@@ -20,7 +20,7 @@ def run() -> Run:
         layout: Layout,
         *faults: Fault,
         rate: float = 100.0,
-        profile: str = "quiet",
+        profile: str | Profile = "quiet",
         duration: float = 45.0,
         seed: int = 1,
         config: DetectorConfig | None = None,
@@ -31,7 +31,7 @@ def run() -> Run:
             name="test",
             layout=layout,
             workload=Workload.for_rate(rate, layout),
-            profile=PROFILES[profile],
+            profile=PROFILES[profile] if isinstance(profile, str) else profile,
             faults=faults,
             duration=duration,
             seed=seed,

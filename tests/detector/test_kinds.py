@@ -720,7 +720,7 @@ def test_a_second_straggler_in_a_deep_pipeline_is_named_alone_before_its_noise_i
     assert sorted(r.key for r in run_scenario(sc).reported) == ["noncomm_slow:rank:13", "noncomm_slow:rank:21"]
 
 
-def test_a_slow_link_keeps_explaining_its_far_node_s_lateness_through_a_save() -> None:
+def test_a_slow_link_keeps_explaining_its_far_node_s_lateness_through_a_save(run) -> None:  # type: ignore[no-untyped-def]
     # tp4pp2dp4 at 100/s with every kind of jitter (a probe of our own seeds, 6403): the link
     # between nodes 1 and 3 slows 4x, a 1.5x straggler (rank 17) follows three seconds later. Node
     # 3's ranks reach their data-parallel reduces late, which the slow link explains; then the job
@@ -728,60 +728,48 @@ def test_a_slow_link_keeps_explaining_its_far_node_s_lateness_through_a_save() -
     # decayed with time, fell under what it had to explain while the lateness it caused was kept
     # through the save: node 3 was named a slow node for 9 s. The excuse now keeps the channel's
     # excess as of its last blocks while it is quiet
-    sc = Scenario(
-        name="link-through-a-save",
-        layout=TP4PP2DP4,
-        workload=Workload.for_rate(100.0, TP4PP2DP4),
-        profile=PROFILES["everything"],
-        faults=(
-            Fault("slow_comm", "link", nodes=(1, 3), factor=4.0, onset=29.7734),
-            Fault("slow_compute", "rank", ranks=(17,), factor=1.5, onset=32.7734),
-        ),
+    res = run(
+        TP4PP2DP4,
+        Fault("slow_comm", "link", nodes=(1, 3), factor=4.0, onset=29.7734),
+        Fault("slow_compute", "rank", ranks=(17,), factor=1.5, onset=32.7734),
+        profile="everything",
         duration=60.0,
         seed=6403900,
     )
-    res = run_scenario(sc)
     assert [r.key for r in res.false_suspects] == []
     assert res.latency[0] is not None and res.latency[1] is not None
 
 
-def test_a_stage_held_up_by_a_straggler_s_pipeline_neighbour_is_not_named() -> None:
+def test_a_stage_held_up_by_a_straggler_s_pipeline_neighbour_is_not_named(run) -> None:  # type: ignore[no-untyped-def]
     # tp4pp2dp4 at 10/s with strong GC pauses (a probe of our own seeds, 6404, heldout's jitter):
     # rank 23, stage 1 of replica 1, is 1.5x slow for 15 s. Stage 0 of that replica waits in its
     # receives for stage 1's sends and reaches its data-parallel reduces late; rank 5 waited 0.2 s
     # a window there on rank 21 (23's tensor-parallel mate), whose sends were late by 0.8-0.95 of
     # the bar that names a rank by its pipeline lateness: not "late" for the victim test, and rank
     # 5 was named for 6 s. A neighbour late by a collective's bar is late enough to have been waited on
-    lay = Layout(tp=4, pp=2, dp=4)
-    sc = Scenario(
-        name="stage-behind-a-straggler",
-        layout=lay,
-        workload=Workload.for_rate(10.0, lay),
+    res = run(
+        TP4PP2DP4,
+        Fault("slow_compute", "rank", ranks=(23,), factor=1.5, onset=30.1604, duration=15.0),
+        rate=10.0,
         profile=HELDOUT_PROFILES["gc+"],
-        faults=(Fault("slow_compute", "rank", ranks=(23,), factor=1.5, onset=30.1604, duration=15.0),),
         duration=60.0,
         seed=6404403,
     )
-    res = run_scenario(sc)
     assert [r.key for r in res.false_suspects] == []
     assert res.latency[0] is not None
 
 
-def test_a_slow_node_of_a_data_parallel_job_late_below_every_rank_s_threshold_is_the_node() -> None:
+def test_a_slow_node_of_a_data_parallel_job_late_below_every_rank_s_threshold_is_the_node(run) -> None:  # type: ignore[no-untyped-def]
     # dp24 at 100/s with unseen's every-kind jitter (a probe of our own seeds, 6405): node 1 turns
     # 1.2x slow. Its eight ranks are late at every reduce by 0.45-0.75 of their thresholds, the
     # other sixteen by nothing; one of them crossed its threshold now and then and was named alone
     # (rank 14), the node never. Eight ranks late together is the node
-    lay = Layout(tp=1, pp=1, dp=24)
-    sc = Scenario(
-        name="lean-node",
-        layout=lay,
-        workload=Workload.for_rate(100.0, lay),
+    res = run(
+        DP24,
+        Fault("slow_compute", "node", nodes=(1,), factor=1.2, onset=24.4574),
         profile=UNSEEN_PROFILES["everything~"],
-        faults=(Fault("slow_compute", "node", nodes=(1,), factor=1.2, onset=24.4574),),
         duration=60.0,
         seed=6405205,
     )
-    res = run_scenario(sc)
     assert [r.key for r in res.reported] == ["noncomm_slow:node:node00001"]
     assert res.latency[0] is not None and res.latency[0] < 15.0
