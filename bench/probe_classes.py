@@ -5,8 +5,9 @@ and misses on layouts a split uses without running (or reading) that split: faul
 the suite's own rules (``rankwatch.sim.suite``), ``--per-class`` of each of its 18 classes, on the
 given layouts, with the tuning split's profiles (or, ``--profiles``, heldout's or unseen's
 stronger and other jitter) and its 10 and 100 collectives per rank per second, from ``--seed``.
-Prints every run with a miss or a false suspect, then the totals. Misses count every fault, the
-optional ones (under 1.03x) too.
+Prints every run with a miss or a false suspect (with how much slower the fault made the job),
+then the totals. Misses count every fault; "required" leaves out those the evaluation does not
+require (slow faults costing the job under 1.03x).
 
 python bench/probe_classes.py --layouts tp4pp2dp4 tp2pp4dp2 --seed 5151 --per-class 5 --workers 2
 """
@@ -20,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from rankwatch.detector.evaluate import run_scenario
+from rankwatch.detector.evaluate import _required, run_scenario
 from rankwatch.sim import PROFILES, Layout, Profile, Scenario
 from rankwatch.sim.suite import FAULT_CLASSES, HELDOUT_PROFILES, UNSEEN_PROFILES, _faults_for, _scenario
 
@@ -63,10 +64,12 @@ def _scenarios(layouts: list[str], seed: int, per_class: int, profiles: str = "t
     return out
 
 
-def _one(sc: Scenario) -> tuple[str, str, list[tuple[str, float]], int, int]:
+def _one(sc: Scenario) -> tuple[str, str, list[tuple[str, float]], int, int, int, float | None]:
     r = run_scenario(sc)
     false = [(x.key, round(x.first, 1)) for x in r.false_suspects]
-    return sc.name, "/".join(sc.tags[:3]), false, sum(x is None for x in r.latency), len(r.latency)
+    missed = [i for i, x in enumerate(r.latency) if x is None]
+    required = sum(1 for i in missed if _required(r, i))
+    return sc.name, "/".join(sc.tags[:3]), false, len(missed), required, len(r.latency), r.true_slowdown
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,16 +81,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profiles", choices=sorted(PROFILE_SETS), default="tune")
     args = ap.parse_args(argv)
     scs = _scenarios(args.layouts, args.seed, args.per_class, args.profiles)
-    runs = false = missed = faults = 0
+    runs = false = missed = required = faults = 0
     with ProcessPoolExecutor(max(1, args.workers)) as pool:
-        for name, tags, bad, miss, n in pool.map(_one, scs):
+        for name, tags, bad, miss, req, n, job in pool.map(_one, scs):
             runs += 1
             false += len(bad)
             missed += miss
+            required += req
             faults += n
             if bad or miss:
-                print(f"{name:<34} {tags:<28} missed {miss} of {n}, false {bad}")
-    print(f"runs {runs}: faults {faults}, missed {missed}; false suspects {false}")
+                cost = "job ?" if job is None else f"job {job:.3f}x"
+                print(f"{name:<34} {tags:<28} missed {miss} of {n} ({req} required, {cost}), false {bad}")
+    print(f"runs {runs}: faults {faults}, missed {missed} ({required} of them required); false suspects {false}")
     return 0
 
 
