@@ -31,7 +31,10 @@ from rankwatch.detector.topology import Topology
 
 __all__ = ["RECENT_BUCKETS", "LatenessTracker", "Straggler"]
 
-_K = 10  # buckets kept per slot
+_WIN = 10  # buckets (4 s) a slot is judged over, and its shares of time inside ops measured over...
+_K = 40  # ...and kept per slot (16 s): a group that runs one burst of ops a step, of steps of a
+# second or longer, has under five non-empty buckets in ``_WIN``; it is judged over the older ones
+_SPARSE = 3.0  # ...if its recent non-empty buckets lie this many buckets apart (1.2 s; the median gap)
 RECENT_BUCKETS = 5  # most recent non-empty buckets the median is taken over...
 _MIN_OPS = 8  # ...and at least this many ops in them
 _ROWS = 16384  # slots per block of the recent-bucket medians (a few MB of intermediates)
@@ -123,6 +126,7 @@ class LatenessTracker:
         self.ex_dur = np.zeros(0)
         self.paused = np.zeros(0, bool)  # per slot: its group has paused since it was last judged
         self.waiting = np.zeros(0, bool)  # per slot: old enough to judge, but too few recent buckets
+        self.sparse_rate = np.zeros(0)  # per slot judged over bursts a second or more apart: their op rate
         self.gap = np.zeros(0, bool)  # per slot: its group went quiet since the slot was last judged
         self._prev_roots: dict[int, Straggler] = {}
         self.thr = np.zeros(0)
@@ -338,22 +342,60 @@ class LatenessTracker:
             for arr, x in ((self.bl, late), (self.bd, dur), (self.bo, cnt)):
                 arr.reshape(-1)[:] += np.bincount(flat, x, size).astype(np.float32)
 
-    def _recent(self, now: float, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _recent(
+        self, now: float, n: int, collective: np.ndarray, slot_rank: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per slot: median per-op lateness and time inside over its recent buckets, their count,
-        and the per-op lateness four in five of those buckets reach."""
+        and the per-op lateness four in five of those buckets reach (``collective``: per slot,
+        whether its group is a collective one; ``slot_rank``: its rank)."""
         cfg = self.cfg
         ml = np.full(n, np.nan)
         lo_l = np.full(n, np.nan)
         md = np.full(n, np.nan)
         cnt = np.zeros(n, np.int64)
-        order = np.argsort(-self.bid)  # ring positions, newest first
-        fresh = self.bid[order] * cfg.bucket_s >= now - cfg.bucket_s * _K - cfg.stale_s
-        order = order[fresh]
+        self.sparse_rate = np.full(n, np.nan)
+        every = np.argsort(-self.bid)  # ring positions, newest first
+        # the window: the newest ``_WIN`` positions; a slot with too few non-empty buckets there
+        # is judged over the whole ring if that finds them a second or more apart: a collective
+        # group running one burst of ops a step, of steps of a second or longer (a pipeline's
+        # sends, in bursts of their schedule's, still wait for enough). Not a group that paused
+        # (a checkpoint's save: its buckets before it lie side by side), nor one that has stopped
+        # (its newest bucket must be in the window): those keep their last judgement (``pause_s``).
+        # Nor a rank with another group that has data but is not judged (a pipeline's sends): the
+        # victim tests would lack what it waited on there, and name it (probe seed 6401, tp2pp2dp8)
+        order = every[:_WIN][self.bid[every[:_WIN]] * cfg.bucket_s >= now - cfg.bucket_s * _WIN - cfg.stale_s]
         if not order.shape[0]:
             return ml, md, cnt, lo_l
         # only slots with data in the ring (most slots of a big job's default group are idle)
         active = np.flatnonzero(self.last_bid[:n] >= self.bid[order].min())
+        self._recent_rows(active, order, ml, md, cnt, lo_l)
+        wide = every[self.bid[every] * cfg.bucket_s >= now - cfg.bucket_s * _K - cfg.stale_s]
+        short = active[(cnt[active] < RECENT_BUCKETS) & collective[active]]
+        if short.shape[0] and wide.shape[0] > order.shape[0]:
+            was = ml[short], md[short], cnt[short], lo_l[short]
+            self._recent_rows(short, wide, ml, md, cnt, lo_l, _SPARSE)
+            blind = active[cnt[active] < RECENT_BUCKETS]
+            back = short[np.isin(slot_rank[short], slot_rank[blind]) & np.isfinite(self.sparse_rate[short])]
+            if back.shape[0]:
+                i = np.searchsorted(short, back)
+                ml[back], md[back], cnt[back], lo_l[back] = (x[i] for x in was)
+                self.sparse_rate[back] = np.nan
+        return ml, md, cnt, lo_l
+
+    def _recent_rows(
+        self,
+        active: np.ndarray,
+        order: np.ndarray,
+        ml: np.ndarray,
+        md: np.ndarray,
+        cnt: np.ndarray,
+        lo_l: np.ndarray,
+        apart: float = 0.0,
+    ) -> None:
+        """``_recent`` for these rows over these ring positions (newest first), into the arrays; with
+        ``apart``, only rows whose buckets taken lie that many buckets apart on average."""
         inf = np.float32(np.inf)
+        ids = self.bid[order]
         # a block of rows at a time: the same arithmetic, but its intermediates stay in cache
         for lo in range(0, active.shape[0], _ROWS):
             rows = active[lo : lo + _ROWS]
@@ -365,11 +407,31 @@ class LatenessTracker:
             before_o = np.cumsum(ops, axis=1) - ops
             take = has & ((before_b < RECENT_BUCKETS) | (before_o < _MIN_OPS))
             c = take.sum(axis=1)
+            if apart:
+                # evenly: the bursts of a long step, not the first buckets after a checkpoint's save
+                # and the last ones before it (a median gap of one bucket), nor a group's last bursts
+                # before it stopped (one gap many times the others)
+                oldest = take.shape[1] - 1 - np.argmax(take[:, ::-1], axis=1)
+                span = ids[np.argmax(take, axis=1)] - ids[oldest]
+                got = -np.sort(np.where(take, -ids[None, :], np.iinfo(np.int64).max), axis=1)
+                gaps = (got[:, :-1] - got[:, 1:]).astype(np.float64)
+                gaps[np.arange(gaps.shape[1])[None, :] >= (c - 1)[:, None]] = np.nan
+                # (the wide window has two positions or more; a row with under two buckets has no
+                # gap: nan, and fails the test)
+                srt = np.sort(gaps, axis=1)  # nan last
+                k, at = np.maximum(c - 1, 1), np.arange(srt.shape[0])
+                g_med = 0.5 * (srt[at, (k - 1) // 2] + srt[at, k // 2])
+                g_max = srt[at, k - 1]
+                ok = (c >= RECENT_BUCKETS) & (g_med >= apart) & (g_max <= 2.0 * g_med + 1.0)
+                rows, take, ops, has, c, span, oldest = rows[ok], take[ok], ops[ok], has[ok], c[ok], span[ok], oldest[ok]
+                # its op rate: the ops of all its bursts but the oldest over the time they span (a
+                # count decayed over ``ops_tau_s`` swings several fold between bursts seconds apart)
+                run = np.sum(np.where(take, ops, 0.0), axis=1) - ops[np.arange(ops.shape[0]), oldest]
+                self.sparse_rate[rows] = run / (span * self.cfg.bucket_s)
             safe = np.where(has, ops, np.float32(1.0))
             ml[rows], lo_l[rows] = _median_taken(np.where(take, np.take(self.bl[rows], order, axis=1) / safe, inf), c)
             md[rows] = _median_taken(np.where(take, np.take(self.bd[rows], order, axis=1) / safe, inf), c)[0]
             cnt[rows] = c
-        return ml, md, cnt, lo_l
 
     def analyse(
         self,
@@ -403,9 +465,18 @@ class LatenessTracker:
         lag_k = np.exp(lag / cfg.ops_tau_s)
         ops_rate = self.ch_ops[: topo.n_channels] / cfg.ops_tau_s
         rate = ops_rate[topo.slot_ch]
-        ml, md, nb, lo_l = self._recent(now, n)  # per op: median lateness and time inside
-        has = nb >= RECENT_BUCKETS
         collective = topo.ch_parent[topo.slot_ch] < 0
+        ml, md, nb, lo_l = self._recent(now, n, collective, topo.slot_rank)  # per op: median lateness and time inside
+        sparse = np.isfinite(self.sparse_rate)
+        if sparse.any():
+            # a group that runs a burst of ops every second or more: its rate is what its recent
+            # bursts ran at (the members' mean), as of now, not a decayed count
+            n_ch = topo.n_channels
+            k = np.bincount(topo.slot_ch[sparse], minlength=n_ch)
+            ch_rate = np.bincount(topo.slot_ch[sparse], self.sparse_rate[sparse], n_ch) / np.maximum(k, 1)
+            rate = np.where(k[topo.slot_ch] > 0, ch_rate[topo.slot_ch], rate)
+            lag_k = np.where(k > 0, 1.0, lag_k)
+        has = nb >= RECENT_BUCKETS
         med_lop = self._lower_median(np.nan_to_num(ml, nan=np.inf), topo)
         sl = slice(0, n)
         warm = self.base_age[sl] >= cfg.baseline_warm_s
@@ -614,7 +685,7 @@ class LatenessTracker:
         frozen_rank[topo.slot_rank[frozen | busy]] = True
         sl = slice(0, n)
         p2p = topo.ch_parent[topo.slot_ch] >= 0
-        settled = now - self.first_data[sl] >= max(2 * cfg.ops_tau_s, _K * cfg.bucket_s)  # nan: False
+        settled = now - self.first_data[sl] >= max(2 * cfg.ops_tau_s, _WIN * cfg.bucket_s)  # nan: False
         learn = has & p2p & ~frozen_rank[topo.slot_rank] & settled
         # per slot: its share of wall-clock inside its group's ops, now against its usual (while
         # calm); a rank's sum over its slots is its share inside any op. As a share of wall-clock:
@@ -922,10 +993,14 @@ class LatenessTracker:
         """Per slot: ``x`` summed over its rank's other slots."""
         return np.bincount(topo.slot_rank, x, topo.world)[topo.slot_rank] - x
 
-    @staticmethod
-    def _ring_sum(arr: np.ndarray, n: int) -> np.ndarray:
-        """Per slot: one bucket ring (lateness, time inside or ops) summed over all kept buckets."""
-        return arr[:n].sum(axis=1, dtype=np.float64)
+    def _ring_sum(self, arr: np.ndarray, n: int) -> np.ndarray:
+        """Per slot: one bucket ring (lateness, time inside or ops) summed over the window (the
+        newest ``_WIN`` buckets: at most two runs of adjacent ring positions)."""
+        top = int(self.bid.max())
+        lo, hi = (top - _WIN + 1) % _K, top % _K + 1
+        if lo < hi:
+            return arr[:n, lo:hi].sum(axis=1, dtype=np.float64)
+        return arr[:n, lo:].sum(axis=1, dtype=np.float64) + arr[:n, :hi].sum(axis=1, dtype=np.float64)
 
     def _roots(
         self,
