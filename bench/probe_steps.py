@@ -85,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workers", type=int, default=1)
     args = ap.parse_args(argv)
-    per: dict[float, dict[str, list[float]]] = {s: {"found": [], "missed": [], "false": [], "steps": [], "ratio": []} for s in STEPS}
+    per: dict[float, dict[str, list[float]]] = {
+        s: {"found": [], "missed": [], "false": [], "steps": [], "ratio": []} for s in STEPS
+    }
     with ProcessPoolExecutor(max(1, args.workers)) as pool:
         for (step, case, prof, seed), true, step_s, lat, read, bad in pool.map(_one, _runs()):
             p = per[step]
@@ -108,9 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     print("step  found missed false  latency (steps, median)  read/true slowdown (median, range)")
     for step, p in per.items():
         med = f"{np.median(p['steps']):.1f}" if p["steps"] else "-"
-        rat = (
-            f"{np.median(p['ratio']):.2f} ({min(p['ratio']):.2f}-{max(p['ratio']):.2f})" if p["ratio"] else "-"
-        )
+        rat = f"{np.median(p['ratio']):.2f} ({min(p['ratio']):.2f}-{max(p['ratio']):.2f})" if p["ratio"] else "-"
         print(f"{step:4.1f}  {len(p['found']):5d} {len(p['missed']):6d} {len(p['false']):5d}  {med:>23}  {rat}")
     return 0
 

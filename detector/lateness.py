@@ -423,7 +423,8 @@ class LatenessTracker:
                 g_med = 0.5 * (srt[at, (k - 1) // 2] + srt[at, k // 2])
                 g_max = srt[at, k - 1]
                 ok = (c >= RECENT_BUCKETS) & (g_med >= apart) & (g_max <= 2.0 * g_med + 1.0)
-                rows, take, ops, has, c, span, oldest = rows[ok], take[ok], ops[ok], has[ok], c[ok], span[ok], oldest[ok]
+                rows, take, ops, has, c = rows[ok], take[ok], ops[ok], has[ok], c[ok]
+                span, oldest = span[ok], oldest[ok]
                 # its op rate: the ops of all its bursts but the oldest over the time they span (a
                 # count decayed over ``ops_tau_s`` swings several fold between bursts seconds apart)
                 run = np.sum(np.where(take, ops, 0.0), axis=1) - ops[np.arange(ops.shape[0]), oldest]
@@ -472,10 +473,10 @@ class LatenessTracker:
             # a group that runs a burst of ops every second or more: its rate is what its recent
             # bursts ran at (the members' mean), as of now, not a decayed count
             n_ch = topo.n_channels
-            k = np.bincount(topo.slot_ch[sparse], minlength=n_ch)
-            ch_rate = np.bincount(topo.slot_ch[sparse], self.sparse_rate[sparse], n_ch) / np.maximum(k, 1)
-            rate = np.where(k[topo.slot_ch] > 0, ch_rate[topo.slot_ch], rate)
-            lag_k = np.where(k > 0, 1.0, lag_k)
+            n_sp = np.bincount(topo.slot_ch[sparse], minlength=n_ch)
+            ch_rate = np.bincount(topo.slot_ch[sparse], self.sparse_rate[sparse], n_ch) / np.maximum(n_sp, 1)
+            rate = np.where(n_sp[topo.slot_ch] > 0, ch_rate[topo.slot_ch], rate)
+            lag_k = np.where(n_sp > 0, 1.0, lag_k)
         has = nb >= RECENT_BUCKETS
         med_lop = self._lower_median(np.nan_to_num(ml, nan=np.inf), topo)
         sl = slice(0, n)

@@ -14,7 +14,8 @@ import math
 from rankwatch.detector.evaluate import run_scenario
 from rankwatch.sim import PROFILES, Fault, Layout, Scenario, Workload
 
-TP8DP4 = Layout(tp=8, pp=1, dp=4)  # a node is a whole tensor-parallel group: slow, it is late only at data-parallel reduces
+# a node is a whole tensor-parallel group: slow, it is late only at its data-parallel reduces
+TP8DP4 = Layout(tp=8, pp=1, dp=4)
 
 
 def _scenario(step_s: float, *faults: Fault, duration: float, seed: int, profile: str = "gc") -> Scenario:
