@@ -361,8 +361,9 @@ class LatenessTracker:
         # sends, in bursts of their schedule's, still wait for enough). Not a group that paused
         # (a checkpoint's save: its buckets before it lie side by side), nor one that has stopped
         # (its newest bucket must be in the window): those keep their last judgement (``pause_s``).
-        # Nor a rank with another group that has data but is not judged (a pipeline's sends): the
-        # victim tests would lack what it waited on there, and name it (probe seed 6401, tp2pp2dp8)
+        # Nor a rank with another group that has data but is not judged (a pipeline's sends; a
+        # rare collective, for the 6 s its op stays in the window): the victim tests would lack
+        # whom it waited on there, and name it (probe seed 6401, tp2pp2dp8)
         order = every[:_WIN][self.bid[every[:_WIN]] * cfg.bucket_s >= now - cfg.bucket_s * _WIN - cfg.stale_s]
         if not order.shape[0]:
             return ml, md, cnt, lo_l
@@ -393,7 +394,8 @@ class LatenessTracker:
         apart: float = 0.0,
     ) -> None:
         """``_recent`` for these rows over these ring positions (newest first), into the arrays; with
-        ``apart``, only rows whose buckets taken lie that many buckets apart on average."""
+        ``apart``, only rows whose buckets taken lie evenly, their median gap that many buckets or
+        more, and those rows' op rates into ``sparse_rate``."""
         inf = np.float32(np.inf)
         ids = self.bid[order]
         # a block of rows at a time: the same arithmetic, but its intermediates stay in cache
