@@ -25,12 +25,14 @@ def run() -> Run:
         seed: int = 1,
         config: DetectorConfig | None = None,
         eval_every: float = EVAL_EVERY_S,
+        step_s: float | None = None,
         **kw: Any,
     ) -> ScenarioResult:
+        # ``step_s``: steps of that length instead of the workload ``rate`` makes
         sc = Scenario(
             name="test",
             layout=layout,
-            workload=Workload.for_rate(rate, layout),
+            workload=Workload.for_rate(rate, layout) if step_s is None else Workload(step_s=step_s),
             profile=PROFILES[profile] if isinstance(profile, str) else profile,
             faults=faults,
             duration=duration,

@@ -11,28 +11,15 @@ from __future__ import annotations
 
 import math
 
-from rankwatch.detector.evaluate import run_scenario
-from rankwatch.sim import PROFILES, Fault, Layout, Scenario, Workload
+from rankwatch.sim import Fault, Layout
 
 # a node is a whole tensor-parallel group: slow, it is late only at its data-parallel reduces
 TP8DP4 = Layout(tp=8, pp=1, dp=4)
 
 
-def _scenario(step_s: float, *faults: Fault, duration: float, seed: int, profile: str = "gc") -> Scenario:
-    return Scenario(
-        name="long-steps",
-        layout=TP8DP4,
-        workload=Workload(step_s=step_s),
-        profile=PROFILES[profile],
-        faults=faults,
-        duration=duration,
-        seed=seed,
-    )
-
-
-def test_a_slow_node_of_a_job_with_two_second_steps_is_named_with_its_real_cost() -> None:
+def test_a_slow_node_of_a_job_with_two_second_steps_is_named_with_its_real_cost(run) -> None:  # type: ignore[no-untyped-def]
     node = Fault("slow_compute", "node", nodes=(1,), factor=1.5, onset=28.0)
-    res = run_scenario(_scenario(2.0, node, duration=70.0, seed=7))
+    res = run(TP8DP4, node, step_s=2.0, profile="gc", duration=70.0, seed=7)
     assert [r.key for r in res.reported] == ["noncomm_slow:node:node00001"]
     assert res.latency[0] is not None and res.latency[0] <= 8 * res.step_s
     true = res.true_slowdown
@@ -45,8 +32,8 @@ def test_a_slow_node_of_a_job_with_two_second_steps_is_named_with_its_real_cost(
     assert max(read) / true < 1.3
 
 
-def test_a_healthy_job_with_three_second_steps_names_nobody() -> None:
+def test_a_healthy_job_with_three_second_steps_names_nobody(run) -> None:  # type: ignore[no-untyped-def]
     # its data-parallel groups are judged over bursts 3 s apart; nothing to name. (With GC
     # pauses or uneven batches such jobs still get false suspects: docs/detector.md, *Long steps*)
     for seed in (11, 12):
-        assert run_scenario(_scenario(3.0, duration=90.0, seed=seed, profile="cpu_noise")).reported == []
+        assert run(TP8DP4, step_s=3.0, profile="cpu_noise", duration=90.0, seed=seed).reported == []
