@@ -22,13 +22,59 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rankwatch.hooks.recorder import Recorder
 
-__all__ = ["CudaPoller"]
+__all__ = ["CudaPoller", "StreamSpan"]
 
 logger = logging.getLogger(__name__)
 _perf = time.perf_counter_ns
 
 POLL_S = 0.002
 IDLE_S = 0.02
+
+
+class StreamSpan:
+    """A synchronous NCCL collective's stand-in for the work it did not return.
+
+    Since PyTorch 2.7 a collective called with ``async_op=False`` on NCCL runs on the caller's
+    current stream and returns no ``Work`` at all (seen on torch 2.11 with an H200: every
+    ``dist.all_reduce(t)`` came back ``None``), so there are no c10d events to read. Two timing
+    events recorded on that stream around the call bracket the kernel instead; the poller asks
+    them exactly as it asks a work.
+    """
+
+    __slots__ = ("end", "start")
+
+    def __init__(self) -> None:
+        import torch
+
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end: Any = None
+        self.start.record()
+
+    def close(self) -> StreamSpan:
+        import torch
+
+        self.end = torch.cuda.Event(enable_timing=True)
+        self.end.record()
+        return self
+
+    def is_completed(self) -> bool:
+        return bool(self.end.query())
+
+    def _get_duration(self) -> float:
+        return float(self.start.elapsed_time(self.end))
+
+
+def stream_span() -> StreamSpan | None:
+    """Events around a synchronous NCCL call, or None where they cannot be recorded (a stream
+    being captured into a CUDA graph takes no timing events)."""
+    try:
+        import torch
+
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        return StreamSpan()
+    except Exception:
+        return None
 
 
 class CudaPoller:
@@ -39,6 +85,7 @@ class CudaPoller:
         self._new: deque[tuple[Any, int, Any]] = deque()
         self._pending: list[tuple[Any, int, Any]] = []
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # the poller thread, and a final batch stamping what is left
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="rankwatch-cuda", daemon=True)
@@ -49,6 +96,10 @@ class CudaPoller:
 
     def poll_once(self) -> int:
         """Stamp what has completed; returns how many ops are still pending."""
+        with self._lock:
+            return self._poll()
+
+    def _poll(self) -> int:
         from rankwatch.hooks.process_group import finish
 
         while self._new:

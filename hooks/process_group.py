@@ -33,6 +33,7 @@ import torch.distributed.distributed_c10d as c10d
 from torch._C._distributed_c10d import ProcessGroup as _RealPG
 from torch._C._distributed_c10d import Work as _RealWork
 
+from rankwatch.hooks.cuda import stream_span
 from rankwatch.wire import DTYPE_CODES, OpKind
 
 if TYPE_CHECKING:
@@ -170,14 +171,22 @@ class GroupState:
         entry = self.inflight[op] = [t0, None, kind, code, peer, seq, nbytes, op, self.gidx]
         return entry, cuda
 
-    def track(self, entry: list[Any], cuda: bool, work: Any) -> Any:
-        """Attach completion timing to the work an op returned; returns what the caller gets."""
+    def track(self, entry: list[Any], cuda: bool, work: Any, span: Any = None) -> Any:
+        """Attach completion timing to the work an op returned; returns what the caller gets.
+
+        ``span``: events recorded before a synchronous CUDA call, for when it returns no work.
+        """
         op = entry[7]
         if self.coalescing is not None:
             self.coalescing.append(op)
             return work
-        if work is None:  # a backend that completed synchronously
-            finish(self, op, _perf())
+        if work is None:
+            if span is not None:  # a synchronous NCCL op, enqueued on the caller's stream
+                if self.poller is None:
+                    self.poller = self.recorder.cuda_poller()
+                self.poller.add(self, op, span.close())
+                return work
+            finish(self, op, _perf())  # a backend that completed synchronously
             return work
         entry[1] = work
         if cuda:
@@ -390,12 +399,15 @@ def _make_op(name: str, kind: OpKind, tensors_at: int | None, peer_src: str | in
                 tensors = next(iter(kwargs.values())) if kwargs else None
             kind_now = single if single != k and isinstance(tensors, list) and len(tensors) == 1 else k
             entry, cuda = st.enter(kind_now, tensors, _peer(args, peer_src))
+            span = None
+            if cuda and inline_ok and args and getattr(args[-1], "asyncOp", True) is False:
+                span = stream_span()  # no work will come back to read the GPU time from
         except Exception:
             logger.debug("rankwatch: could not record %s", name, exc_info=True)
             return real_method(self._rw_real, *args, **kwargs)
         work = real_method(self._rw_real, *args, **kwargs)
         try:
-            return st.track(entry, cuda, work)
+            return st.track(entry, cuda, work, span)
         except Exception:
             logger.debug("rankwatch: could not track %s", name, exc_info=True)
             return work

@@ -84,7 +84,8 @@ class Recorder:
             self._names[name] = epoch
             gidx = len(self.groups)
             desc = str(pg.group_desc)
-            backend = _backend_name(pg)
+            real = getattr(pg, "_rw_real", pg)  # the wrapper's own backend name need not say "nccl"
+            backend = _backend_name(real)
             st = GroupState(
                 self,
                 gidx,
@@ -97,17 +98,31 @@ class Recorder:
             )
             self.groups.append(st)
         if st.cuda_default:
-            try:
-                pg._enable_collectives_timing()
-            except Exception:
-                logger.debug("rankwatch: could not enable NCCL timing", exc_info=True)
+            _enable_timing(real)
         if desc == "default_pg":
             self._on_world(pg)
         self._ensure_started()
         return st
 
+    def stamp_completed(self) -> None:
+        """Stamp the CUDA ops that completed since the poller last looked (it sleeps up to 20 ms).
+
+        Called before a final batch and before a group is retired: on a real NCCL job the ops of
+        the last steps, synchronised just before ``destroy_process_group``, were otherwise lost.
+        """
+        poller = self._poller
+        if poller is None:
+            return
+        try:
+            with self.torch_section() as allowed:
+                if allowed:
+                    poller.poll_once()
+        except Exception:
+            logger.debug("rankwatch: could not stamp completed CUDA ops", exc_info=True)
+
     def retire(self, st: Any) -> None:
         """A group that was destroyed or replaced: its unfinished ops will never complete."""
+        self.stamp_completed()
         st.retired = True
         self.abandoned += len(st.inflight) + (1 if st.current is not None else 0)
         st.inflight.clear()
@@ -220,6 +235,7 @@ class Recorder:
         if not first:  # another thread is sending it: wait for that, briefly
             self._final_done.wait(limit + 0.5)
             return
+        self.stamp_completed()
         try:
             shipper.flush(final=True, timeout=limit)
         except Exception:
@@ -312,6 +328,16 @@ class Recorder:
                 fn()
             except Exception:
                 logger.warning("rankwatch: on_restart callback failed", exc_info=True)
+
+
+def _enable_timing(real: Any) -> None:
+    """Turn on c10d's per-collective CUDA events (``TORCH_NCCL_ENABLE_TIMING``) on the real group,
+    whose backends the wrapper shares (on torch 2.11 with NCCL the works of async ops then report
+    their GPU duration; the backend object itself has no such method in Python)."""
+    try:
+        real._enable_collectives_timing()
+    except Exception:
+        logger.debug("rankwatch: could not enable collective timing on %r", real, exc_info=True)
 
 
 def _backend_name(pg: Any) -> str:

@@ -539,17 +539,48 @@ def _records(rows: list[Any]) -> Records:
     )
 
 
+# NCCL groups record into the CUDA Flight Recorder (``_dump_nccl_trace_json``, CUDA builds only),
+# CPU groups such as gloo into the generic one (``_dump_fr_trace_json``); on torch 2.11 with an H200
+# the generic dump of an NCCL job held no entries at all. A job may use both kinds of group.
+_FR_DUMPS = ("_dump_nccl_trace_json", "_dump_fr_trace_json")
+_FR_ENTRY_KEY = ("process_group", "collective_seq_id", "p2p_seq_id", "profiling_name", "time_created_ns")
+
+
 def _dump_flight_recorder() -> str | None:
+    """This process's Flight Recorder entries, from every recorder torch has, as one JSON trace."""
     try:
         import torch._C._distributed_c10d as c
 
-        dump = getattr(c, "_dump_fr_trace_json", None) or getattr(c, "_dump_nccl_trace_json", None)
-        if dump is None:
+        traces = []
+        for name in _FR_DUMPS:
+            dump = getattr(c, name, None)
+            if dump is not None:
+                raw = dump(True, False)
+                traces.append(json.loads(raw.decode() if isinstance(raw, bytes) else str(raw)))
+        if not traces:
             return None
-        raw = dump(True, False)
-        return raw.decode() if isinstance(raw, bytes) else str(raw)
+        return json.dumps(_merge_traces(traces))
     except Exception as exc:
         return json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+
+
+def _merge_traces(traces: list[dict[str, Any]]) -> dict[str, Any]:
+    """One trace of several recorders' dumps: entries concatenated (the same entry once, should two
+    names reach one recorder), the other keys of the first dump that has them."""
+    out: dict[str, Any] = {}
+    entries: list[Any] = []
+    seen: set[tuple[str, ...]] = set()
+    for trace in traces:
+        for key, value in trace.items():
+            if key != "entries":
+                out.setdefault(key, value)
+        for e in trace.get("entries") or []:
+            ident = tuple(str(e.get(k)) for k in _FR_ENTRY_KEY)
+            if ident not in seen:
+                seen.add(ident)
+                entries.append(e)
+    out["entries"] = entries
+    return out
 
 
 def _main_stack() -> str | None:
