@@ -54,6 +54,7 @@ _MIN_WORLD = 8  # fewer ranks than this: one of them is far later than the rest 
 _RANK_NEED = (3, 4)  # a rank: held up 3 of the last 4...
 _RANK_STRONG = (2, 3)  # ...or 2 of the last 3 by more than the op's median lateness
 _NODE_NEED = (2, 3)  # a node (two measures at once): 2 of the last 3
+_STEP_OPS = 16  # fewer ops than this (and more than one) between two rare ops of a kind: they are steps
 _NODE_Z = 3.0  # ...its ranks' lateness above the others' over those ops, in standard errors (rank-sum)
 
 
@@ -142,12 +143,14 @@ class BarrierTracker:
         self.ops: dict[int, deque[_Op]] = {}
         self.first: dict[int, list[_Op]] = {}  # a group's first rare ops, until learned...
         self.usual: dict[int, tuple[set[int], set[int]]] = {}  # ...who held them up (members, nodes)
+        self.since: dict[tuple[int, int], int] = {}  # per (group, op class): ops since its previous rare op
 
     def reset(self) -> None:
         self.last_t.clear()
         self.ops.clear()
         self.first.clear()
         self.usual.clear()
+        self.since.clear()
 
     def update(self, st: CellStats, topo: Topology, blocks: np.ndarray) -> None:
         """Take the analysed blocks of whole-job collective groups (``blocks``: per cell, its index)."""
@@ -166,7 +169,13 @@ class BarrierTracker:
             prev = self.last_t.get(ch)
             self.last_t[ch] = max(float(st.c_t[c]), prev if prev is not None else -np.inf)
             size = int(topo.ch_size[ch])
+            key = (ch, int(st.c_cls[c]))
+            since = self.since.get(key, 0)  # the ops of its kind since its previous rare op, that one included
+            self.since[key] = since + int(st.c_cnt[c])
             if prev is None or first[c] - prev < self.cfg.barrier_gap_s or int(st.c_n[c]) < size:
+                continue
+            self.since[key] = int(st.c_cnt[c])
+            if 1 < since < _STEP_OPS:  # a burst of the group's own few ops every step: a step, not a save
                 continue
             rows = np.flatnonzero(st.cell == c)
             late = np.zeros(size)

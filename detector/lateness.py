@@ -626,7 +626,14 @@ class LatenessTracker:
         # as their consequence, far from the slow channels too (learned, it named no straggler)
         pend = self.pend[:n]
         slow_net = frozen_ch is not None and bool(frozen_ch[: topo.n_channels].any())
-        held = (cs[upd] > 0) & (not slow_net)
+        # A group of a burst a step (one judged over the whole ring, ``sparse_rate`` set) holds back
+        # its samples over its threshold the same way, its evidence open or not: its noise is
+        # learned from six steps on, it is judged from a dozen (``warm_cells`` ops: seconds to
+        # minutes), and its evidence adds up one burst at a time; a straggler that began in between
+        # taught it its own lateness (dp16 at 2 s steps: a 1.3x rank's threshold 0.06 -> 0.25 s/s
+        # in 8 s, named 19.5 s after its onset, or never)
+        young = np.isfinite(self.sparse_rate[:n]) & (ex_late >= thr)
+        held = ((cs[upd] > 0) | young[upd]) & (not slow_net)
         iu = np.flatnonzero(upd)
         ih = iu[held]
         pend[ih, 0] += au[held]
@@ -636,7 +643,7 @@ class LatenessTracker:
         go = ~held
         lv[iu[go]] += au[go] * d[go]
         nz[iu[go]] = np.sqrt((1.0 - au[go]) * (nz[iu[go]] ** 2 + au[go] * d[go] ** 2))
-        closed = ((cs == 0) | slow_net | (pend[:, 3] >= cfg.noise_hold_s)) & ~hot & (pend[:, 0] > 0)
+        closed = (((cs == 0) & ~young) | slow_net | (pend[:, 3] >= cfg.noise_hold_s)) & ~hot & (pend[:, 0] > 0)
         commit = np.flatnonzero(closed & ~kept & np.isfinite(nz))
         if commit.shape[0]:
             pa = np.minimum(pend[commit, 0], 1.0)

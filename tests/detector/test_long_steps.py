@@ -15,6 +15,8 @@ from rankwatch.sim import Fault, Layout
 
 # a node is a whole tensor-parallel group: slow, it is late only at its data-parallel reduces
 TP8DP4 = Layout(tp=8, pp=1, dp=4)
+# one group, one burst of reduces a step: each follows seconds without an op, as a save's barrier does
+DP16 = Layout(dp=16)
 
 
 def test_a_slow_node_of_a_job_with_two_second_steps_is_named_with_its_real_cost(run) -> None:  # type: ignore[no-untyped-def]
@@ -37,3 +39,20 @@ def test_a_healthy_job_with_three_second_steps_names_nobody(run) -> None:  # typ
     # pauses or uneven batches such jobs still get false suspects: docs/detector.md, *Long steps*)
     for seed in (11, 12):
         assert run(TP8DP4, step_s=3.0, profile="cpu_noise", duration=90.0, seed=seed).reported == []
+
+
+def test_a_healthy_data_parallel_job_of_long_steps_with_gc_pauses_names_nobody(run) -> None:  # type: ignore[no-untyped-def]
+    # judged as a save's barrier, every step's reduce named a rank whose GC pauses landed before
+    # two of three (bench/probe_steps.py's seeds 351 and 369; docs/detector.md, *Long steps*)
+    for step, seed in ((2.0, 351), (3.0, 369)):
+        res = run(DP16, step_s=step, profile="gc", duration=max(20.0, 12 * step) + max(30.0, 12 * step), seed=seed)
+        assert res.reported == []
+
+
+def test_a_straggler_of_a_data_parallel_job_of_long_steps_is_named_and_nobody_else(run) -> None:  # type: ignore[no-untyped-def]
+    # the same job with a 1.3x rank from its 12th step (seed 343 of the probe): its reduces are no
+    # longer judged as barriers, and the lateness tracker finds it, late (docs/detector.md, *Limits*)
+    straggler = Fault("slow_compute", "rank", ranks=(3,), factor=1.3, onset=24.0)
+    res = run(DP16, straggler, step_s=2.0, profile="gc", duration=54.0, seed=343)
+    assert [r.key for r in res.reported] == ["noncomm_slow:rank:3"]
+    assert res.latency[0] is not None and res.latency[0] <= 15 * res.step_s
