@@ -171,8 +171,8 @@ class BarrierTracker:
             size = int(topo.ch_size[ch])
             key = (ch, int(st.c_cls[c]))
             since = self.since.get(key, 0)  # the ops of its kind since its previous rare op, that one included
-            self.since[key] = since + int(st.c_cnt[c])
             if prev is None or first[c] - prev < self.cfg.barrier_gap_s or int(st.c_n[c]) < size:
+                self.since[key] = since + int(st.c_cnt[c])
                 continue
             self.since[key] = int(st.c_cnt[c])
             if 1 < since < _STEP_OPS:  # a burst of the group's own few ops every step: a step, not a save

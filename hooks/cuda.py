@@ -19,6 +19,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+import torch  # imported by process_group, this module's importer, already
+
 if TYPE_CHECKING:
     from rankwatch.hooks.recorder import Recorder
 
@@ -44,15 +46,11 @@ class StreamSpan:
     __slots__ = ("end", "start")
 
     def __init__(self) -> None:
-        import torch
-
         self.start = torch.cuda.Event(enable_timing=True)
         self.end: Any = None
         self.start.record()
 
     def close(self) -> StreamSpan:
-        import torch
-
         self.end = torch.cuda.Event(enable_timing=True)
         self.end.record()
         return self
@@ -68,8 +66,6 @@ def stream_span() -> StreamSpan | None:
     """Events around a synchronous NCCL call, or None where they cannot be recorded (a stream
     being captured into a CUDA graph takes no timing events)."""
     try:
-        import torch
-
         if torch.cuda.is_current_stream_capturing():
             return None
         return StreamSpan()

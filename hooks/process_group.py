@@ -182,19 +182,21 @@ class GroupState:
             return work
         if work is None:
             if span is not None:  # a synchronous NCCL op, enqueued on the caller's stream
-                if self.poller is None:
-                    self.poller = self.recorder.cuda_poller()
-                self.poller.add(self, op, span.close())
-                return work
-            finish(self, op, _perf())  # a backend that completed synchronously
+                self._to_poller(op, span.close())
+            else:
+                finish(self, op, _perf())  # a backend that completed synchronously
             return work
         entry[1] = work
         if cuda:
-            if self.poller is None:
-                self.poller = self.recorder.cuda_poller()
-            self.poller.add(self, op, work)
+            self._to_poller(op, work)
             return work
         return TimedWork(work, self, op)
+
+    def _to_poller(self, op: int, work: Any) -> None:
+        """Leave the op to the CUDA poller, which stamps it once ``work``'s events have fired."""
+        if self.poller is None:
+            self.poller = self.recorder.cuda_poller()
+        self.poller.add(self, op, work)
 
 
 def finish(st: GroupState, op: int, t_end: int, t_start: int | None = None) -> None:

@@ -113,6 +113,7 @@ def test_a_synchronous_cuda_op_without_work_is_timed_from_its_stream_span() -> N
     st = _State()
     poller = CudaPoller(recorder=None)  # type: ignore[arg-type]
     fake = SimpleNamespace(coalescing=None, poller=poller, inflight=st.inflight, append=st.append)
+    fake._to_poller = lambda op, work: GroupState._to_poller(fake, op, work)  # type: ignore[arg-type]
     now = time.perf_counter_ns() - 10_000_000
     entry = st.inflight[1] = [now, None, 1, 1, -1, 1, 64, 1, 0]
     span = _Span(4.0)
