@@ -631,7 +631,7 @@ class LatenessTracker:
         # learned from six steps on, it is judged from a dozen (``warm_cells`` ops: seconds to
         # minutes), and its evidence adds up one burst at a time; a straggler that began in between
         # taught it its own lateness (dp16 at 2 s steps: a 1.3x rank's threshold 0.06 -> 0.25 s/s
-        # in 8 s, named 19.5 s after its onset, or never)
+        # in 8 s; a 1.2x tp8dp4 node at 2 s steps named 28.5 s after its onset, 17 s with the hold)
         young = np.isfinite(self.sparse_rate[:n]) & (ex_late >= thr)
         held = ((cs[upd] > 0) | young[upd]) & (not slow_net)
         iu = np.flatnonzero(upd)

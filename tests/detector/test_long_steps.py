@@ -56,3 +56,14 @@ def test_a_straggler_of_a_data_parallel_job_of_long_steps_is_named_and_nobody_el
     res = run(DP16, straggler, step_s=2.0, profile="gc", duration=54.0, seed=343)
     assert [r.key for r in res.reported] == ["noncomm_slow:rank:3"]
     assert res.latency[0] is not None and res.latency[0] <= 15 * res.step_s
+
+
+def test_a_slow_node_that_begins_before_its_groups_are_judged_is_not_learned_as_noise(run) -> None:  # type: ignore[no-untyped-def]
+    # tp8dp4 of 2 s steps with every kind of jitter, a 1.2x node from its 12th step (the probe's
+    # seed 342): its data-parallel groups are judged from a dozen steps, and a slowdown that began
+    # before taught their noise its own lateness unless such samples are held back (then named 28.5 s
+    # after its onset, 14 steps)
+    node = Fault("slow_compute", "node", nodes=(2,), factor=1.2, onset=24.0)
+    res = run(TP8DP4, node, step_s=2.0, profile="everything", duration=54.0, seed=342)
+    assert [r.key for r in res.reported] == ["noncomm_slow:node:node00002"]
+    assert res.latency[0] is not None and res.latency[0] <= 10 * res.step_s
