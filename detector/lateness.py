@@ -100,6 +100,7 @@ class LatenessTracker:
         self.usual_share = np.full(0, np.nan)  # per slot: share of wall-clock inside its ops, while calm
         self.usual_in = np.full(0, np.nan)  # per rank: the sum of its slots' (inside any op)
         self.d_slot = np.zeros(0)  # per slot: share inside its ops now, over the usual
+        self.rare = np.zeros(0, bool)  # per slot: a whole-job group's rare op is in the window
         self.in_age = np.zeros(0)
         self.d_in = np.zeros(0)  # per rank: share of wall-clock inside ops now, over the usual
         self.base_age = np.zeros(0)
@@ -657,7 +658,7 @@ class LatenessTracker:
         self.steady = steady
         wd, wo = self._ring_sum(self.bd, n), self._ring_sum(self.bo, n)
         extra = self._learn_extra(now, dt, topo, wd, wo, rate, has)
-        out = self._roots(hot, topo, frozen_ch, ch_excess, wo, extra)
+        out = self._roots(hot, topo, frozen_ch, ch_excess, wo, extra, keep)
         self._slow_stages(dt, topo, out, frozen_ch, keep)
         self._lean_nodes(dt, topo, out, frozen_ch, keep, grown_up)
         self._prev_roots = out
@@ -725,6 +726,11 @@ class LatenessTracker:
             np.nan,
         )
         self.d_slot = np.where(known & ok_r[topo.slot_rank], share - np.nan_to_num(u_sl, nan=0.0), 0.0)
+        # a whole-job group's rare op (the barrier after a checkpoint's save): what a rank waits
+        # there is the save's skew, judged on its own (``barriers.py``), not its own work's
+        self.rare = (
+            (topo.ch_size[topo.slot_ch] == topo.world) & (topo.ch_parent[topo.slot_ch] < 0) & (wo < RECENT_BUCKETS)
+        )
         self.d_in = np.where(ok_r, np.bincount(topo.slot_rank, self.d_slot, topo.world), np.nan)
         usual, age = self.usual_extra[sl], self.extra_age[sl]
         a = self._weight(age, dt)
@@ -1020,6 +1026,7 @@ class LatenessTracker:
         ch_excess: np.ndarray | None,
         wo: np.ndarray,
         extra: np.ndarray,
+        keep: set[int],
     ) -> dict[int, Straggler]:
         cand = np.flatnonzero(hot)
         if not cand.shape[0]:
@@ -1097,11 +1104,21 @@ class LatenessTracker:
             # says nothing of whether this rank is also slow itself (two stragglers in one group);
             # nor does, on the second pass, its waiting in this group on a root later still (a worse
             # straggler beside it: all its mates wait for that one, and it waits too, a little less)
-            on_other = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & (hot_in_ch[topo.slot_ch[mine]] - hot[mine] > 0)]
+            rare = self.rare[mine]
+            on_other = mine[
+                (topo.slot_ch[mine] != topo.slot_ch[s]) & (hot_in_ch[topo.slot_ch[mine]] - hot[mine] > 0) & ~rare
+            ]
             if second == "in":
                 on_other = np.append(on_other, s)
             if on_other.shape[0]:
                 d_in -= float(np.clip(self.d_slot[on_other], 0.0, None).sum())
+            if rare.any():
+                # ...nor does waiting at a save's barrier, unless it waited there on a suspect
+                # already named
+                for b in mine[rare].tolist():
+                    lo, size = int(topo.ch_off[topo.slot_ch[b]]), int(topo.ch_size[topo.slot_ch[b]])
+                    if int(topo.slot_rank[lo + int(np.argmax(wl[lo : lo + size]))]) not in keep:
+                        d_in -= max(0.0, float(self.d_slot[b]))
             if np.isfinite(d_in) and np.isfinite(self.usual_in[r]):
                 # ...more time inside ops than its own usual: a rank whose own work grew by what makes
                 # the others wait L seconds a second spends (1 - u) L less of its time inside ops (u:

@@ -1,0 +1,43 @@
+"""Waiting at a checkpoint's barrier is no excuse for lateness elsewhere, unless a suspect caused it.
+
+A rank that is late in its data-parallel group but spends more of its time inside ops than usual
+looks like a victim (it waited on somebody). In a job that saves often, the barrier after each
+save is in the detector's 4 s window every few seconds, and what a rank waits there is the save's
+skew: a straggler that finished writing early waited there and passed as a victim until the
+barrier left the window (docs/detector.md, *Waiting at a save's barrier*).
+"""
+
+from __future__ import annotations
+
+from rankwatch.sim import Fault, Layout
+
+
+def test_a_slow_node_of_a_job_that_saves_is_not_excused_by_its_wait_at_the_barrier(run) -> None:  # type: ignore[no-untyped-def]
+    # bench/probe_saves.py's dp24 `checkpoint` 30/s node, seed 101: named 11 s after its onset while
+    # the barrier's wait excused its ranks, 7 s without
+    res = run(
+        Layout(tp=1, pp=1, dp=24),
+        Fault("slow_compute", "node", nodes=(1,), factor=1.2, onset=20.0),
+        rate=30.0,
+        profile="checkpoint",
+        duration=50.0,
+        seed=101,
+    )
+    assert res.latency[0] is not None and res.latency[0] <= 8.0, res.latency
+    assert not res.false_suspects, res.false_suspects
+
+
+def test_ranks_that_waited_at_the_barrier_on_a_named_slow_node_stay_its_victims(run) -> None:  # type: ignore[no-untyped-def]
+    # bench/probe_saves.py's tp4pp2dp4 `everything` 100/s node, seed 134: a node of one data-parallel
+    # replica waits at each barrier on the slow node, which writes slower too; without the exception
+    # for a wait on a suspect already named, that node was named beside it 20 s after the onset
+    res = run(
+        Layout(tp=4, pp=2, dp=4),
+        Fault("slow_compute", "node", nodes=(1,), factor=1.2, onset=20.0),
+        rate=100.0,
+        profile="everything",
+        duration=50.0,
+        seed=134,
+    )
+    assert res.latency[0] is not None, "the slow node was not named"
+    assert not res.false_suspects, [(r.key, r.first) for r in res.false_suspects]
