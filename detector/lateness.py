@@ -1033,6 +1033,17 @@ class LatenessTracker:
             return {}
         ptr, slots_of = topo.rank_slots()
         wl = self._ring_sum(self.bl, topo.n_slots)
+        # a whole-job group's rare op (the barrier after a checkpoint's save) in the window: what a
+        # rank waited there is the save's skew, judged on its own (``barriers.py``), and says
+        # nothing of where its lateness elsewhere came from; unless the member it waited on there
+        # (the latest) is a straggler already named: a slow node writes slower too, and the ranks
+        # that waited on it at the barrier are its victims
+        skew = self.rare[: topo.n_slots].copy()
+        for ch in np.unique(topo.slot_ch[skew]).tolist():
+            lo, size = int(topo.ch_off[ch]), int(topo.ch_size[ch])
+            if int(topo.slot_rank[lo + int(np.argmax(wl[lo : lo + size]))]) in keep:
+                skew[lo : lo + size] = False
+        extra = np.where(skew, 0.0, extra)
         # ``extra``: seconds inside ops beyond each slot's own per-op baseline and its usual
         # waiting, over one common recent window
         elsewhere = self._elsewhere(extra, topo)  # per slot: its rank's extra inside other groups' ops
@@ -1112,13 +1123,9 @@ class LatenessTracker:
                 on_other = np.append(on_other, s)
             if on_other.shape[0]:
                 d_in -= float(np.clip(self.d_slot[on_other], 0.0, None).sum())
-            if rare.any():
-                # ...nor does waiting at a save's barrier, unless it waited there on a suspect
-                # already named
-                for b in mine[rare].tolist():
-                    lo, size = int(topo.ch_off[topo.slot_ch[b]]), int(topo.ch_size[topo.slot_ch[b]])
-                    if int(topo.slot_rank[lo + int(np.argmax(wl[lo : lo + size]))]) not in keep:
-                        d_in -= max(0.0, float(self.d_slot[b]))
+            skewed = mine[skew[mine]]  # ...nor does waiting at a save's barrier (above)
+            if skewed.shape[0]:
+                d_in -= float(np.clip(self.d_slot[skewed], 0.0, None).sum())
             if np.isfinite(d_in) and np.isfinite(self.usual_in[r]):
                 # ...more time inside ops than its own usual: a rank whose own work grew by what makes
                 # the others wait L seconds a second spends (1 - u) L less of its time inside ops (u:

@@ -9,7 +9,10 @@ barrier left the window (docs/detector.md, *Waiting at a save's barrier*).
 
 from __future__ import annotations
 
+import pytest
+
 from rankwatch.sim import Fault, Layout
+from rankwatch.sim.suite import UNSEEN_PROFILES
 
 
 def test_a_slow_node_of_a_job_that_saves_is_not_excused_by_its_wait_at_the_barrier(run) -> None:  # type: ignore[no-untyped-def]
@@ -24,6 +27,23 @@ def test_a_slow_node_of_a_job_that_saves_is_not_excused_by_its_wait_at_the_barri
         seed=101,
     )
     assert res.latency[0] is not None and res.latency[0] <= 8.0, res.latency
+    assert not res.false_suspects, res.false_suspects
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_a_straggler_that_waits_at_every_barrier_is_not_taken_for_its_victim(run, seed: int) -> None:  # type: ignore[no-untyped-def]
+    # unseen-straggler_ends-002 on seeds of our own: dp32 in `checkpoint~` (40 ms steps, a 5 s save
+    # every 30 steps) with a 1.5x rank for 15 s. Its data-parallel slot was hot with full evidence,
+    # but it waited at each save's barrier more than its mates did, and that excused it: missed
+    res = run(
+        Layout(tp=1, pp=1, dp=32),
+        Fault("slow_compute", "rank", ranks=(16,), factor=1.5, onset=31.8, duration=15.0),
+        step_s=0.04,
+        profile=UNSEEN_PROFILES["checkpoint~"],
+        duration=60.0,
+        seed=seed,
+    )
+    assert res.latency[0] is not None and res.latency[0] <= 12.0, res.latency
     assert not res.false_suspects, res.false_suspects
 
 
