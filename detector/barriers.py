@@ -157,7 +157,7 @@ class BarrierTracker:
         if not len(st) or topo.world < _MIN_WORLD:
             return
         c_ch = st.c_ch
-        whole = (topo.ch_size[c_ch] == topo.world) & (topo.ch_parent[c_ch] < 0)
+        whole = topo.ch_whole()[c_ch]
         if not whole.any():
             return
         cells = np.flatnonzero(whole)

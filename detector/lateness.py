@@ -100,7 +100,6 @@ class LatenessTracker:
         self.usual_share = np.full(0, np.nan)  # per slot: share of wall-clock inside its ops, while calm
         self.usual_in = np.full(0, np.nan)  # per rank: the sum of its slots' (inside any op)
         self.d_slot = np.zeros(0)  # per slot: share inside its ops now, over the usual
-        self.rare = np.zeros(0, bool)  # per slot: a whole-job group's rare op is in the window
         self.in_age = np.zeros(0)
         self.d_in = np.zeros(0)  # per rank: share of wall-clock inside ops now, over the usual
         self.base_age = np.zeros(0)
@@ -726,11 +725,6 @@ class LatenessTracker:
             np.nan,
         )
         self.d_slot = np.where(known & ok_r[topo.slot_rank], share - np.nan_to_num(u_sl, nan=0.0), 0.0)
-        # a whole-job group's rare op (the barrier after a checkpoint's save): what a rank waits
-        # there is the save's skew, judged on its own (``barriers.py``), not its own work's
-        self.rare = (
-            (topo.ch_size[topo.slot_ch] == topo.world) & (topo.ch_parent[topo.slot_ch] < 0) & (wo < RECENT_BUCKETS)
-        )
         self.d_in = np.where(ok_r, np.bincount(topo.slot_rank, self.d_slot, topo.world), np.nan)
         usual, age = self.usual_extra[sl], self.extra_age[sl]
         a = self._weight(age, dt)
@@ -1033,12 +1027,13 @@ class LatenessTracker:
             return {}
         ptr, slots_of = topo.rank_slots()
         wl = self._ring_sum(self.bl, topo.n_slots)
-        # a whole-job group's rare op (the barrier after a checkpoint's save) in the window: what a
-        # rank waited there is the save's skew, judged on its own (``barriers.py``), and says
-        # nothing of where its lateness elsewhere came from; unless the member it waited on there
-        # (the latest) is a straggler already named: a slow node writes slower too, and the ranks
-        # that waited on it at the barrier are its victims
-        skew = self.rare[: topo.n_slots].copy()
+        # a whole-job group's rare ops in the window (fewer than five: the barrier after a
+        # checkpoint's save): what a rank waited there is the save's skew, judged on its own
+        # (``barriers.py``), and says nothing of where its lateness elsewhere came from; unless the
+        # member it waited on there (the latest) is a straggler already named: a slow node writes
+        # slower too, and the ranks that waited on it at the barrier are its victims
+        rare = topo.ch_whole()[topo.slot_ch] & (wo < RECENT_BUCKETS)
+        skew = rare.copy()
         for ch in np.unique(topo.slot_ch[skew]).tolist():
             lo, size = int(topo.ch_off[ch]), int(topo.ch_size[ch])
             if int(topo.slot_rank[lo + int(np.argmax(wl[lo : lo + size]))]) in keep:
@@ -1115,9 +1110,8 @@ class LatenessTracker:
             # says nothing of whether this rank is also slow itself (two stragglers in one group);
             # nor does, on the second pass, its waiting in this group on a root later still (a worse
             # straggler beside it: all its mates wait for that one, and it waits too, a little less)
-            rare = self.rare[mine]
             on_other = mine[
-                (topo.slot_ch[mine] != topo.slot_ch[s]) & (hot_in_ch[topo.slot_ch[mine]] - hot[mine] > 0) & ~rare
+                (topo.slot_ch[mine] != topo.slot_ch[s]) & (hot_in_ch[topo.slot_ch[mine]] - hot[mine] > 0) & ~rare[mine]
             ]
             if second == "in":
                 on_other = np.append(on_other, s)

@@ -273,6 +273,10 @@ class Topology:
             self._p2p_vals = np.array([c for _, c in items], np.int64)
         return chans[inv]
 
+    def ch_whole(self) -> np.ndarray:
+        """Per channel: a collective group of every rank of the job (the default group, its copies)."""
+        return (self.ch_size == self.world) & (self.ch_parent < 0)
+
     def ch_cross_node(self) -> np.ndarray:
         """Per channel: whether its members sit on more than one node."""
         n = self.slot_rank.shape[0]

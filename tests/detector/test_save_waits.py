@@ -15,17 +15,16 @@ from rankwatch.sim import Fault, Layout
 from rankwatch.sim.suite import UNSEEN_PROFILES
 
 
+def _probe_saves_node(run, layout: Layout, rate: float, profile: str, seed: int):  # type: ignore[no-untyped-def]
+    """A run of ``bench/probe_saves.py``: a 1.2x node (node 1) from 20 s of a 50 s job."""
+    node = Fault("slow_compute", "node", nodes=(1,), factor=1.2, onset=20.0)
+    return run(layout, node, rate=rate, profile=profile, duration=50.0, seed=seed)
+
+
 def test_a_slow_node_of_a_job_that_saves_is_not_excused_by_its_wait_at_the_barrier(run) -> None:  # type: ignore[no-untyped-def]
     # bench/probe_saves.py's dp24 `checkpoint` 30/s node, seed 101: named 11 s after its onset while
     # the barrier's wait excused its ranks, 7 s without
-    res = run(
-        Layout(tp=1, pp=1, dp=24),
-        Fault("slow_compute", "node", nodes=(1,), factor=1.2, onset=20.0),
-        rate=30.0,
-        profile="checkpoint",
-        duration=50.0,
-        seed=101,
-    )
+    res = _probe_saves_node(run, Layout(tp=1, pp=1, dp=24), 30.0, "checkpoint", seed=101)
     assert res.latency[0] is not None and res.latency[0] <= 8.0, res.latency
     assert not res.false_suspects, res.false_suspects
 
@@ -51,13 +50,6 @@ def test_ranks_that_waited_at_the_barrier_on_a_named_slow_node_stay_its_victims(
     # bench/probe_saves.py's tp4pp2dp4 `everything` 100/s node, seed 134: a node of one data-parallel
     # replica waits at each barrier on the slow node, which writes slower too; without the exception
     # for a wait on a suspect already named, that node was named beside it 20 s after the onset
-    res = run(
-        Layout(tp=4, pp=2, dp=4),
-        Fault("slow_compute", "node", nodes=(1,), factor=1.2, onset=20.0),
-        rate=100.0,
-        profile="everything",
-        duration=50.0,
-        seed=134,
-    )
+    res = _probe_saves_node(run, Layout(tp=4, pp=2, dp=4), 100.0, "everything", seed=134)
     assert res.latency[0] is not None, "the slow node was not named"
     assert not res.false_suspects, [(r.key, r.first) for r in res.false_suspects]
