@@ -13,6 +13,7 @@ core and never imports the detector.
 from __future__ import annotations
 
 from rankwatch.sim.blocks import BLOCK_DTYPE, BlockBatch, from_batch, summarise
+from rankwatch.sim.engine import save_after
 from rankwatch.sim.faults import Expected, Fault
 from rankwatch.sim.layout import GroupSpec, Layout, node_name
 from rankwatch.sim.scenario import PROFILES, Profile, Scenario, Workload
@@ -33,5 +34,6 @@ __all__ = [
     "deliveries",
     "from_batch",
     "node_name",
+    "save_after",
     "summarise",
 ]

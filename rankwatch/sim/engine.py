@@ -13,6 +13,9 @@ ends (``inf``), and everything that waits on it inherits ``inf``.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -416,3 +419,25 @@ class Engine:
         seq = self._next_seq(("world",))
         self._emit(ranks, np.zeros(lay.world, np.int64), _BARRIER, -1, seq, 0, start, end)
         self.t_free[ranks] = self._stop(ranks, end)
+
+
+def save_after(sc: Scenario, t: float) -> tuple[float, float]:
+    """Start and end (true time) of the first checkpoint save of ``sc`` that starts at ``t`` or later.
+
+    A save ends every ``ckpt_every``-th step: it starts about one step after the step before it
+    ended (the median step so far, saves left out) and ends when that step does. Faults that start
+    after the save's start do not move it; the scenario's own are left out here.
+    """
+    eng = Engine(dataclasses.replace(sc, faults=()))
+    every = sc.profile.ckpt_every
+    if every <= 0:
+        raise ValueError(f"profile {sc.profile.name!r} does not save")
+    for _ in eng.steps(sc.duration):
+        ends = eng.step_ends
+        k = len(ends) - 1
+        if k >= 2 and k % every == 0:
+            steps = [b - a for i, (a, b) in enumerate(itertools.pairwise(ends)) if (i + 1) % every]
+            start = ends[k - 1] + statistics.median(steps)
+            if start >= t:
+                return start, ends[k]
+    raise ValueError(f"no save starts after {t:.1f} s in {sc.duration:.0f} s")

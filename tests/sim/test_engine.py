@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 
-from rankwatch.sim import PROFILES, Fault, Layout, Scenario, Workload
+from rankwatch.sim import PROFILES, Fault, Layout, Scenario, Workload, save_after
 from rankwatch.sim.engine import Engine
 from rankwatch.sim.truth import job_slowdown
 from rankwatch.wire import OpKind
@@ -73,3 +74,21 @@ def test_job_slowdown_times_the_same_steps() -> None:
         )
         got.append(job_slowdown(sc))
     assert all(s is not None and 1.03 < s < 1.4 for s in got), got
+
+
+def test_save_after_finds_the_save_between_two_steps() -> None:
+    # the first save after t: no op of any rank runs inside it, and it lasts about ckpt_s
+    lay = Layout(tp=2, pp=1, dp=4)
+    prof = PROFILES["checkpoint"]
+    sc = Scenario("e", layout=lay, workload=Workload.for_rate(30, lay), profile=prof, duration=120.0, seed=3)
+    start, end = save_after(sc, 15.0)
+    assert start >= 15.0
+    assert prof.ckpt_s - prof.ckpt_skew_s <= end - start <= prof.ckpt_s + prof.ckpt_skew_s
+    eng = Engine(sc)
+    inside = 0
+    for chunk in eng.steps(end + 1.0):
+        inside += int(np.count_nonzero((chunk.t_enter > start + 0.5) & (chunk.t_enter < end - prof.ckpt_skew_s)))
+    assert inside == 0
+    # ...and a profile that never saves is an error, not a made-up window
+    with pytest.raises(ValueError):
+        save_after(dataclasses.replace(sc, profile=PROFILES["gc"]), 15.0)
