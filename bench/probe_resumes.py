@@ -2,12 +2,12 @@
 
 A straggler that starts while the job saves shows nothing until the job runs again; from then on
 it is as late as any other, and the issue's bar is about how soon it is named from its onset. This
-probe (outside the evaluation suite's splits: its own seeds, 201-264) starts a 1.5x rank or a 1.2x
+probe (outside the evaluation suite's splits: its own seeds, 201-248) starts a 1.5x rank or a 1.2x
 node at the start of the first save after 15 s of jobs that save often (the tuning splits'
 `checkpoint` and `everything` profiles; dp16, tp8dp8, tp4pp2dp4 and tp2pp4dp4; 30 and 100
 collectives per rank per second) and prints each fault's latency from its onset and from the end
-of that save, with a healthy run of each job for the false suspects (docs/detector.md, *Judged
-across a pause*).
+of that save, with a healthy run of each job for the false suspects (docs/detector.md, *Faults
+that start at a save*).
 
 python bench/probe_resumes.py --workers 2
 """
