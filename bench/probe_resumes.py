@@ -76,16 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(max(1, args.workers)) as pool:
         for (lay, prof, where, rate, seed), start, end, lat, bad in pool.map(_one, _runs()):
             what = f"{lay:<10} {prof:<10} {rate:>5.0f}/s {where:<8} seed={seed} save {start:5.1f}-{end:5.1f} s"
-            x = lat[0] if lat else None
             shown = ""
-            if lat:
-                shown = " latency=-" if x is None else f" latency={x:.1f} after_resume={x - (end - start):.1f}"
+            if lat and lat[0] is None:
+                missed += 1
+                shown = " latency=-"
+            elif lat and lat[0] is not None:
+                after.append(lat[0] - (end - start))
+                shown = f" latency={lat[0]:.1f} after_resume={after[-1]:.1f}"
             print(f"{what}{shown} false={bad}")
-            if lat:
-                if x is None:
-                    missed += 1
-                else:
-                    after.append(x - (end - start))
             false += len(bad)
     med = statistics.median(after) if after else float("nan")
     print(
