@@ -948,6 +948,15 @@ class JobDetector:
                 if in_node is None:  # once per analysis, and only when a node may qualify
                     in_node = (topo.ch_parent < 0) & ~topo.ch_cross_node() & (topo.ch_size > 1)
                 spans = self._spans_groups(rs, in_node)
+                # all of them members of one group inside the node (tp8dp8: the node is one tensor-
+                # parallel group): one rank's long GC pause holds all of them up, and they are late
+                # together at every reduce for a second or two. Unless that share of them is late
+                # steadily (``Straggler.steady``), ranks confirmed alone do not make the node, and
+                # late together it takes twice ``hold_s`` (healthy tp8dp8 jobs with `gc+` named
+                # nodes on 3 of 20 seeds of our own)
+                if not spans and sum(roots[r].steady for r in rs) < need:
+                    conf = []
+                    together = now - since[need - 1] >= 2 * cfg.hold_s
             again = False
             if spans:
                 held = sorted(self._rank_held[r] for r in rs)

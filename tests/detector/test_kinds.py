@@ -265,6 +265,39 @@ def test_what_a_stop_leaves_in_the_ring_names_no_straggler(fault: Fault, seed: i
     assert _reported(Layout(tp=8, pp=1, dp=8), 0.6, "data+", fault, 40.0, seed) == [key]
 
 
+def _tp8dp8(profile: str, fault: Fault | None, seed: int, duration: float) -> list[str]:
+    """Suspects named in a tp8dp8 job at 30 collectives per rank per second (seeds of our own)."""
+    lay = Layout(tp=8, pp=1, dp=8)
+    sc = Scenario(
+        name="tp8dp8",
+        layout=lay,
+        workload=Workload.for_rate(30.0, lay),
+        profile={**PROFILES, **HELDOUT_PROFILES}[profile],
+        faults=(fault,) if fault else (),
+        duration=duration,
+        seed=seed,
+    )
+    return [r.key for r in run_scenario(sc).reported]
+
+
+@pytest.mark.parametrize(
+    ("profile", "fault", "seed", "duration", "keys"),
+    [
+        ("gc", Fault("hang_compute", "node", nodes=(4,), onset=21.0), 8, 30.0, ["noncomm_hang:node:node00004"]),
+        ("gc+", None, 14, 40.0, []),
+    ],
+    ids=["before-a-hang", "healthy"],
+)
+def test_one_ranks_gc_pause_is_not_its_tensor_parallel_node(
+    profile: str, fault: Fault | None, seed: int, duration: float, keys: list[str]
+) -> None:
+    # tp8dp8: a node is one tensor-parallel group, so one rank's long GC pause holds up all eight
+    # ranks, and they arrive late together at every data-parallel reduce for a second or two. Held
+    # for ``hold_s`` (1 s), that named node 3 of a healthy job at 31.5 s, and node 1 at 22.5 s,
+    # a second after node 4 hung (the hang froze the pause's lateness in the ring)
+    assert _tp8dp8(profile, fault, seed, duration) == keys
+
+
 def test_a_node_that_hangs_while_it_saves_is_the_node() -> None:
     # tp2pp4dp4 saving a checkpoint: five of node 3's ranks had written their shard and entered
     # the save's barrier when the node hung, so only three never arrive; three ranks of one host
