@@ -928,10 +928,6 @@ class JobDetector:
             conf = [r for r in rs if r in confirmed]
             total = len(topo.node_ranks().get(n, []))
             need = max(2, math.ceil(cfg.node_share * total))
-            # ...or the node has had that share of its ranks among the roots at once for ``hold_s``:
-            # ranks of one node late together are not the chance lateness of one rank's uneven steps
-            since = sorted(self._rank_hot[r] for r in rs)
-            together = len(since) >= need and now - since[need - 1] >= cfg.hold_s
             # The roots of a slow node flicker. Two rules for it, both only when the roots span more
             # than one group inside the node: a straggler's tensor-parallel mates wait for it there
             # and flicker in and out of the roots with it (tp8dp8, whose node is one such group,
@@ -944,6 +940,7 @@ class JobDetector:
             #   job of few ops a second with uneven steps named the one rank that held first, for
             #   tens of seconds)
             spans = False
+            hold = cfg.hold_s
             if len(rs) >= need:
                 if in_node is None:  # once per analysis, and only when a node may qualify
                     in_node = (topo.ch_parent < 0) & ~topo.ch_cross_node() & (topo.ch_size > 1)
@@ -955,8 +952,11 @@ class JobDetector:
                 # late together it takes twice ``hold_s`` (healthy tp8dp8 jobs with `gc+` named
                 # nodes on 3 of 20 seeds of our own)
                 if not spans and sum(roots[r].steady for r in rs) < need:
-                    conf = []
-                    together = now - since[need - 1] >= 2 * cfg.hold_s
+                    conf, hold = [], 2 * cfg.hold_s
+            # ...or the node has had that share of its ranks among the roots at once for ``hold``:
+            # ranks of one node late together are not the chance lateness of one rank's uneven steps
+            since = sorted(self._rank_hot[r] for r in rs)
+            together = len(since) >= need and now - since[need - 1] >= hold
             again = False
             if spans:
                 held = sorted(self._rank_held[r] for r in rs)

@@ -235,14 +235,16 @@ def test_a_straggler_in_a_job_that_mostly_checkpoints(faulty, seed) -> None:  # 
         assert res.latency[0] is not None and res.latency[0] < 12.0
 
 
-def _reported(layout: Layout, step_s: float, profile: str, fault: Fault, duration: float, seed: int) -> list[str]:
-    """Suspects named in one of the ``fresh`` suite's runs, rebuilt from its parameters."""
+def _reported(
+    layout: Layout, workload: Workload, profile: str, fault: Fault | None, duration: float, seed: int
+) -> list[str]:
+    """Suspects named in one run (a ``fresh`` suite's, rebuilt from its parameters, or our own)."""
     sc = Scenario(
         name="fresh-run",
         layout=layout,
-        workload=Workload(step_s=step_s),
-        profile=HELDOUT_PROFILES[profile],
-        faults=(fault,),
+        workload=workload,
+        profile={**PROFILES, **HELDOUT_PROFILES}[profile],
+        faults=(fault,) if fault else (),
         duration=duration,
         seed=seed,
     )
@@ -262,22 +264,7 @@ def test_what_a_stop_leaves_in_the_ring_names_no_straggler(fault: Fault, seed: i
     # rank crashes and the launcher kills the rest) keeps that lateness in its ring until the ring
     # runs out; with no op after it, its hold ran out too and it was named a straggler a second
     # before the hang (or the dead rank) was (ranks 8 and 5 on these seeds)
-    assert _reported(Layout(tp=8, pp=1, dp=8), 0.6, "data+", fault, 40.0, seed) == [key]
-
-
-def _tp8dp8(profile: str, fault: Fault | None, seed: int, duration: float) -> list[str]:
-    """Suspects named in a tp8dp8 job at 30 collectives per rank per second (seeds of our own)."""
-    lay = Layout(tp=8, pp=1, dp=8)
-    sc = Scenario(
-        name="tp8dp8",
-        layout=lay,
-        workload=Workload.for_rate(30.0, lay),
-        profile={**PROFILES, **HELDOUT_PROFILES}[profile],
-        faults=(fault,) if fault else (),
-        duration=duration,
-        seed=seed,
-    )
-    return [r.key for r in run_scenario(sc).reported]
+    assert _reported(Layout(tp=8, pp=1, dp=8), Workload(step_s=0.6), "data+", fault, 40.0, seed) == [key]
 
 
 @pytest.mark.parametrize(
@@ -295,7 +282,8 @@ def test_one_ranks_gc_pause_is_not_its_tensor_parallel_node(
     # ranks, and they arrive late together at every data-parallel reduce for a second or two. Held
     # for ``hold_s`` (1 s), that named node 3 of a healthy job at 31.5 s, and node 1 at 22.5 s,
     # a second after node 4 hung (the hang froze the pause's lateness in the ring)
-    assert _tp8dp8(profile, fault, seed, duration) == keys
+    lay = Layout(tp=8, pp=1, dp=8)
+    assert _reported(lay, Workload.for_rate(30.0, lay), profile, fault, duration, seed) == keys
 
 
 def test_a_node_that_hangs_while_it_saves_is_the_node() -> None:
@@ -303,7 +291,7 @@ def test_a_node_that_hangs_while_it_saves_is_the_node() -> None:
     # the save's barrier when the node hung, so only three never arrive; three ranks of one host
     # stopping at once are the host's doing (they were named as three ranks)
     hang = Fault("hang_compute", "node", nodes=(3,), onset=27.16)
-    assert _reported(Layout(tp=2, pp=4, dp=4), 0.3467, "checkpoint+", hang, 60.0, 2021133) == [
+    assert _reported(Layout(tp=2, pp=4, dp=4), Workload(step_s=0.3467), "checkpoint+", hang, 60.0, 2021133) == [
         "noncomm_hang:node:node00003"
     ]
 
@@ -609,7 +597,9 @@ def test_a_rank_late_by_chance_in_uneven_steps_waits_for_the_full_hold() -> None
     # second it was named beside the real (flapping) straggler, rank 52; the short hold also asks
     # for twice the evidence that made it a root, which a chance lateness has not gathered by then
     fault = Fault("slow_compute", "rank", ranks=(52,), factor=1.5, onset=18.4639, flap=(6.0, 6.0))
-    assert _reported(Layout(tp=8, pp=1, dp=8), 0.6, "data+", fault, 40.0, 1020307) == ["noncomm_slow:rank:52"]
+    assert _reported(Layout(tp=8, pp=1, dp=8), Workload(step_s=0.6), "data+", fault, 40.0, 1020307) == [
+        "noncomm_slow:rank:52"
+    ]
 
 
 def test_a_second_straggler_is_named_though_the_first_slowed_everybody() -> None:
