@@ -28,8 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     def progress(res: ScenarioResult) -> None:
         if args.verbose:
             lat = [None if x is None else round(x, 1) for x in res.latency]
+            slow = "-" if res.true_slowdown is None else f"{res.true_slowdown:.2f}"
             line = f"  {res.name:<40} cpu={res.cpu_s:5.1f}s coll/s={res.coll_per_s:6.0f} lat={lat}"
-            print(f"{line} false={len(res.false_suspects)}", file=sys.stderr)
+            print(f"{line} false={len(res.false_suspects)} slowdown={slow} step={res.step_s:.2f}s", file=sys.stderr)
 
     rep = evaluate_suite(
         args.split, workers=args.workers, only=args.only, eval_every=args.eval_every, progress=progress

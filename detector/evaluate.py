@@ -103,8 +103,13 @@ def run_scenario(
     eval_every: float = EVAL_EVERY_S,
     keep_findings: bool = False,
     on_eval: Callable[[float, list[Finding]], None] | None = None,
+    watch: Callable[[float, JobDetector], None] | None = None,
 ) -> ScenarioResult:
-    """Run one scenario through a fresh detector and score what it reported."""
+    """Run one scenario through a fresh detector and score what it reported.
+
+    ``on_eval`` sees what each analysis found; ``watch`` sees the detector itself after it (read it,
+    never change it).
+    """
     det = JobDetector(config)
     lay = sc.layout
     expected = expected_answers(sc)
@@ -118,6 +123,8 @@ def run_scenario(
         found = det.evaluate(now)
         if on_eval is not None:
             on_eval(now, found)
+        if watch is not None:
+            watch(now, det)
         for f in found:
             r = reported.get(f.key)
             if r is None:

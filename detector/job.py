@@ -191,6 +191,9 @@ class JobDetector:
         self._ch_slow: dict[int, float] = {}
         self.batches = 0
         self.rows = 0
+        self.roots: dict[int, Straggler] = {}
+        """The ranks the last analysis of slowness left late after its victim tests (read-only: for
+        diagnostics such as ``bench/latency_parts.py``)."""
         self._rank_blocks = False  # blocks cut by the ranks (block mode) have come in
         # batches taken but not yet folded in: folded together at the next evaluate, as one
         # batch's worth of array work (a node's body has a few dozen rows; the calls cost more)
@@ -578,6 +581,7 @@ class JobDetector:
             if ch_excess.shape[0] < n_ch:
                 ch_excess = np.r_[ch_excess, np.zeros(n_ch - ch_excess.shape[0])]
             roots = self.late.analyse(now, dt, topo, self._reported_ranks("noncomm_slow"), comm_frozen, ch_excess)
+            self.roots = roots
             slow_cands: dict[str, Finding] = {}
             if not hangs.stuck:
                 self._straggler_findings(now, dt, roots, silent[: topo.world] | ended, slow_cands)
