@@ -11,6 +11,7 @@ of healthy job, and the hangs named and how soon (docs/detector.md, *False suspe
 our own*).
 
 python bench/probe_healthy.py --workers 2
+python bench/probe_healthy.py --workers 2 --first-seed 1001 --hangs 0   (another 100 healthy jobs)
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ HANG_AT, HANG_S = 21.0, 35.0
 Run = tuple[str, str, str, int]
 
 
-def _runs(healthy: int, hangs: int) -> list[Run]:
+def _runs(healthy: int, hangs: int, first_seed: int = 301) -> list[Run]:
     out: list[Run] = []
-    seed = 300
+    seed = first_seed - 1
     for lay in LAYOUTS:
         for prof in PROFILE_NAMES:
             for what in ("healthy",) * healthy + ("hang",) * hangs:
@@ -73,8 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--healthy", type=int, default=5, help="healthy runs per layout and profile")
     ap.add_argument("--hangs", type=int, default=2, help="runs with a hung node per layout and profile")
+    ap.add_argument(
+        "--first-seed", type=int, default=301, help="seed of the first run, the rest counting up (another sample)"
+    )
     args = ap.parse_args(argv)
-    runs = _runs(args.healthy, args.hangs)
+    runs = _runs(args.healthy, args.hangs, args.first_seed)
     # per (layout, profile): healthy runs and their false suspects; hangs named; false beside hangs
     healthy: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
     hang_lat: list[float] = []
