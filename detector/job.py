@@ -743,6 +743,8 @@ class JobDetector:
                 stacks = {str(r): live.notes.get(r, {}).get("stack") for r in rs if live.notes.get(r, {}).get("stack")}
                 if stacks:
                     ev["stack"] = stacks
+                if level == "rank":
+                    ev.update(self._node_alike(rs[0], stuck))
                 base = self._base("noncomm_hang", level, rs, ns, None)
                 cands[base["key"]] = Finding(
                     **base,
@@ -775,6 +777,36 @@ class JobDetector:
                     evidence=ev,
                     flight_recorder_ranks=self._fr_ranks(gs),
                 )
+
+    def _node_alike(self, rank: int, stuck: list[StuckGroup]) -> dict[str, Any]:
+        """Evidence that a hang of the rank's whole node would look the same, if it would.
+
+        When every other rank of the node waits on this one inside one stuck op (tp8 on nodes of
+        8: the node is one tensor-parallel group), a hang of the node itself (its GPUs, driver or
+        host) that caught those ranks inside the op and this one outside it leaves the same
+        timings: nothing tells the two apart (docs/detector.md, *Limits*). Said, so on-call
+        checks the node too.
+        """
+        topo = self.topo
+        n = int(topo.node_of[rank])
+        mates = set(topo.node_ranks().get(n, [])) - {rank}
+        if n < 0 or not mates:
+            return {}
+        for g in stuck:
+            if mates <= set(g.waiting):
+                node = topo.node_names[n]
+                desc = topo.ch_desc[g.ch]
+                group = f"group {topo.ch_name[g.ch]}" + (f" ({desc})" if desc else "")
+                return {
+                    "node_alike": True,
+                    "next_step": (
+                        f"every other rank of {node} waits on rank {rank} inside {group}: a hang of "
+                        f"{node} itself (GPU, driver, host) that caught them inside the op looks the same; "
+                        f"if rank {rank}'s stack is inside torch or CUDA rather than the job's own code, check {node} "
+                        "(nvidia-smi, dmesg)"
+                    ),
+                }
+        return {}
 
     def _near(self, faulty: list[int], channels: list[int]) -> list[int]:
         """The channels among ``channels`` that share a node with a faulty one (the rest cannot clear anything)."""

@@ -120,6 +120,32 @@ def test_noncomm_hang_names_the_rank_that_never_entered(run) -> None:  # type: i
     f = res.findings_sample[0]
     assert f["slowdown"] is None and "next(loader_iter)" in f["evidence"]["stack"]["9"]
     assert 9 in f["flight_recorder_ranks"] and len(f["flight_recorder_ranks"]) >= 4
+    # its tensor-parallel group is half its node: the other half waits elsewhere, and a hang of the
+    # node would have stopped ranks of both halves outside their ops
+    assert "node_alike" not in f["evidence"]
+
+
+def test_a_rank_hang_a_node_hang_would_look_like_says_so(run) -> None:  # type: ignore[no-untyped-def]
+    # tp8dp8: a node is one tensor-parallel group. One rank hung leaves the other seven of its node
+    # inside a tensor-parallel op waiting on it; so does a hang of the whole node that caught those
+    # seven inside the op and that rank outside it, and nothing in the timings tells the two apart
+    tp8dp8 = Layout(tp=8, pp=1, dp=8)
+    res = run(tp8dp8, Fault("hang_compute", "rank", ranks=(10,), onset=20.0), rate=30.0, duration=35.0)
+    _only(res, "noncomm_hang:rank:10")
+    ev = res.findings_sample[0]["evidence"]
+    assert ev["node_alike"] is True and "node00001" in ev["next_step"] and "rank 10" in ev["next_step"]
+    # node 1 hung (`bench/probe_healthy.py --first-seed 3001 --healthy 0`, seed 3022): named as
+    # the node, or as a rank whose evidence says the node looks the same
+    res = run(
+        tp8dp8,
+        Fault("hang_compute", "node", nodes=(1,), onset=21.0),
+        rate=30.0,
+        profile=HELDOUT_PROFILES["gc+"],
+        duration=35.0,
+        seed=3022,
+    )
+    (f,) = [f for f in res.findings_sample if f["kind"] == "noncomm_hang"]
+    assert f["level"] == "node" or (f["nodes"] == ["node00001"] and f["evidence"]["node_alike"] is True), f
 
 
 def test_comm_hang_on_a_link(run) -> None:  # type: ignore[no-untyped-def]
