@@ -212,6 +212,14 @@ def summary(s: dict[str, Any], event_type: str = "suspect.opened") -> str:
     return f"{line} — {effect(s)}"
 
 
+def next_step(s: dict[str, Any]) -> str | None:
+    """What on-call should check next, where the detector knows its answer is not the whole story
+    (places the timings cannot split, a rank's hang its node's would look like)."""
+    ev = s.get("evidence")
+    step = ev.get("next_step") if isinstance(ev, dict) else None
+    return step if isinstance(step, str) and step else None
+
+
 def pagerduty_severity(s: dict[str, Any]) -> str:
     """Hang and dead: critical; slow: error from a 1.25x slowdown, warning below."""
     kind, slowdown = s.get("kind"), s.get("slowdown")
@@ -293,6 +301,8 @@ def _pagerduty(event: Event, base_url: str, routing_key: str) -> dict[str, Any] 
         "suspect_url": link,
         "evidence": s.get("evidence"),
     }
+    if step := next_step(s):
+        details["next_step"] = step  # kept when the evidence is cut for size
     body = {
         "routing_key": routing_key,
         "event_action": "trigger",
@@ -343,11 +353,15 @@ def _slack(event: Event, base_url: str) -> dict[str, Any]:
         f"*Score*\n{s.get('score')}",
         f"*Slowdown*\n{slowdown:.2f}x" if isinstance(slowdown, (int, float)) else "*Slowdown*\n-",
     ]
+    steps = []
+    if event.type == "suspect.opened" and (step := next_step(s)):
+        steps = [_section(f"*Next step*\n{_esc(step)[:2900]}")]
     return {
         "text": f"{icon} {line}",
         "blocks": [
             {"type": "header", "text": {"type": "plain_text", "text": f"{icon} {line}"[:150], "emoji": True}},
             {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
+            *steps,
             {
                 "type": "actions",
                 "elements": [
@@ -421,6 +435,8 @@ def _alertmanager(event: Event, base_url: str, webhook_id: int) -> dict[str, Any
         "score": str(s.get("score")),
         "suspect_url": link,
     }
+    if step := next_step(s):
+        annotations["next_step"] = step
     resolved = event.type == "suspect.resolved"
     status = "resolved" if resolved else "firing"
     alert = {

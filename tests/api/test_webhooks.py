@@ -244,6 +244,27 @@ def test_slack_and_alertmanager_bodies(harness: Any, receiver: Any) -> None:
     h.wait_deliveries(a_sub["id"], _delivered(2))
 
 
+def test_a_suspects_next_step_reaches_every_pager(harness: Any, receiver: Any) -> None:
+    # what on-call checks next (a rank's hang its node's would look like) is in the page itself,
+    # not only behind the link; PagerDuty keeps it when the evidence is cut for size
+    h = harness()
+    slack, am, pd = receiver(), receiver(), receiver(default=Reply(202, body=b'{"status":"success"}'))
+    h.subscribe(kind="slack", url=slack.url + "/services/T000/B000/XXXXSECRET")
+    h.subscribe(kind="alertmanager", url=am.url)
+    h.subscribe(kind="pagerduty", url=pd.url, routing_key="R0UT1NGKEY0123456789abcdef012345")
+    step = "every other rank of gpu017 waits on rank 3 inside group 2 (tp): check gpu017 (nvidia-smi, dmesg)"
+    evidence = {"node_alike": True, "next_step": step, "stack": "x" * 600_000}
+    h.open(Finding(key="hang:3", kind="noncomm_hang", slowdown=None, evidence=evidence))
+    blocks = slack.wait_for(1)[0].json()["blocks"]
+    assert blocks[2] == {"type": "section", "text": {"type": "mrkdwn", "text": f"*Next step*\n{step}"}}
+    assert blocks[3]["type"] == "actions"
+    assert am.wait_for(1)[0].json()["alerts"][0]["annotations"]["next_step"] == step
+    details = pd.wait_for(1)[0].json()["payload"]["custom_details"]
+    assert details["evidence"]["truncated"] is True and details["next_step"] == step
+    # a suspect without one pages as before
+    assert payloads.next_step({"evidence": {"stack": "train.py:42"}}) is None
+
+
 def test_alertmanager_fingerprint_is_prometheus_s() -> None:
     # Prometheus: model.LabelSet{"foo": "bar"}.Fingerprint() == 0x83e... computed by FNV-1a over
     # name 0xff value 0xff; the empty set hashes to the FNV offset basis.
