@@ -424,7 +424,10 @@ def _demo_report(job: dict[str, Any] | None, suspects: list[dict[str, Any]], as_
         print("suspects: none")
     for s in suspects:
         print(f"suspect #{s.get('id')} [{s.get('status')}] {_suspect_line(s)}")
-        print("  evidence: " + json.dumps(s.get("evidence"), default=str)[:800])
+        ev = s.get("evidence")
+        if isinstance(ev, dict) and isinstance(ev.get("next_step"), str):
+            print(f"  next step: {ev['next_step']}")
+        print("  evidence: " + json.dumps(ev, default=str)[:800])
 
 
 if __name__ == "__main__":
