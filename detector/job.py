@@ -789,8 +789,10 @@ class JobDetector:
         """
         topo = self.topo
         n = int(topo.node_of[rank])
-        mates = set(topo.node_ranks().get(n, [])) - {rank}
-        if n < 0 or not mates:
+        if n < 0:
+            return {}
+        mates = set(np.flatnonzero(topo.node_of[: topo.world] == n).tolist()) - {rank}
+        if not mates:
             return {}
         for g in stuck:
             if mates <= set(g.waiting):
