@@ -420,14 +420,15 @@ def _demo_report(job: dict[str, Any] | None, suspects: list[dict[str, Any]], as_
     for g in job["groups"]:
         counts = ", ".join(f"{k} {v}" for k, v in g["op_counts"].items())
         print(f"  group {g['id']} ranks {g['ranks']}: last seq {g['last_seq']}; {counts}")
+    from rankwatch.api.payloads import next_step
+
     if not suspects:
         print("suspects: none")
     for s in suspects:
         print(f"suspect #{s.get('id')} [{s.get('status')}] {_suspect_line(s)}")
-        ev = s.get("evidence")
-        if isinstance(ev, dict) and isinstance(ev.get("next_step"), str):
-            print(f"  next step: {ev['next_step']}")
-        print("  evidence: " + json.dumps(ev, default=str)[:800])
+        if step := next_step(s):
+            print(f"  next step: {step}")
+        print("  evidence: " + json.dumps(s.get("evidence"), default=str)[:800])
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ through it."""
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -32,7 +31,6 @@ def _bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location("latency_parts", BENCH)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["latency_parts"] = mod
     spec.loader.exec_module(mod)
     return mod
 
