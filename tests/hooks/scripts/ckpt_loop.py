@@ -12,6 +12,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from _gloo import let_go
 
 import rankwatch.hooks
 
@@ -33,6 +34,7 @@ def main() -> None:
         time.sleep(step_s)
         dist.all_reduce(t)
         state["step"] = step
+    let_go(t)
     dist.destroy_process_group()
 
 

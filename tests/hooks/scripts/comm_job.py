@@ -11,6 +11,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from _gloo import let_go
 
 
 def main() -> None:
@@ -29,6 +30,7 @@ def main() -> None:
         dist.all_reduce(t, group=col)
         dist.all_reduce(small)
         t.fill_(1.0)
+    let_go(t, small)
     with open(os.path.join(out, f"done_rank{rank}.json"), "w") as f:
         json.dump({"rank": rank, "seconds": time.monotonic() - start}, f)
     dist.destroy_process_group()

@@ -18,6 +18,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from _gloo import let_go
 
 from rankwatch.hooks import checkpoint, on_restart
 
@@ -70,6 +71,7 @@ def main() -> None:
             checkpoint.save(_state(model, opt, step), ckpt_dir, step)
     final = loss.detach().clone()
     dist.all_reduce(final)
+    let_go(final)
     if rank == 0:
         with open(os.path.join(out, "final.json"), "w") as f:
             json.dump(

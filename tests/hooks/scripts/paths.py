@@ -13,6 +13,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from _gloo import let_go
 
 
 def direct(rank: int, ws: int) -> None:
@@ -117,6 +118,7 @@ def main() -> None:
             values[name] = fn(rank, ws)
     result = torch.ones(2) * (rank + 1)
     dist.all_reduce(result)
+    let_go(result)
     with open(os.path.join(out, f"result_rank{rank}.json"), "w") as f:
         json.dump({"rank": rank, "result": result.tolist(), "values": values}, f)
     fr = torch._C._distributed_c10d._dump_fr_trace_json(True, False)  # the last op is above
