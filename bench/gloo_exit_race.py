@@ -21,11 +21,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from multiprocessing.synchronize import Event
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "exit_race.py"
 
 
-def _spin(stop: multiprocessing.synchronize.Event) -> None:
+def _spin(stop: Event) -> None:
     while not stop.is_set():
         sum(range(10_000))
 
@@ -53,21 +57,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     stop = multiprocessing.Event()
     spinners = [multiprocessing.Process(target=_spin, args=(stop,), daemon=True) for _ in range(args.load)]
-    for s in spinners:
-        s.start()
+    for sp in spinners:
+        sp.start()
     aborted = {"nowait": 0, "wait": 0}
     secs: dict[str, list[float]] = {"nowait": [], "wait": []}
     try:
         for i in range(args.runs):
             for mode in ("nowait", "wait") if i % 2 == 0 else ("wait", "nowait"):
-                a, s = run_once(mode, args.steps)
-                aborted[mode] += a
-                secs[mode].append(s)
+                died, took = run_once(mode, args.steps)
+                aborted[mode] += died
+                secs[mode].append(took)
             print(f"run {i + 1}/{args.runs}: aborted nowait {aborted['nowait']}, wait {aborted['wait']}", flush=True)
     finally:
         stop.set()
-        for s in spinners:
-            s.join(5)
+        for sp in spinners:
+            sp.join(5)
     for mode in ("nowait", "wait"):
         n = len(secs[mode])
         print(f"{mode:<7} aborted {aborted[mode]} of {n} runs ({aborted[mode] / max(1, n):.1%}); "

@@ -2,8 +2,9 @@
 
 usage: torchrun --nproc-per-node 2 exit_race.py STEPS wait|nowait
 
-With ``wait`` it waits, before exiting, until gloo has let go of the last op's tensor
-(tests/hooks/scripts/_gloo.py); with ``nowait`` it exits at once, as most training scripts do.
+With ``wait`` it waits, before exiting, until gloo's worker has finished with the last op
+(``let_go`` in tests/hooks/scripts/_gloo.py); with ``nowait`` it exits at once, as most
+training scripts do.
 """
 
 import os
