@@ -506,6 +506,16 @@ class LatenessTracker:
         cross = np.where(collective & np.isfinite(cross), cross, 0.0)
         floor = cfg.min_effect / cfg.noise_k
         scale = np.fmax(np.fmax(floor, np.nan_to_num(noise, nan=0.0)), cross)
+        # ...and never finer than its group's usual fluctuation, the upper median of the members'
+        # (in a group of three or more, which one straggler does not move): the members of one
+        # group see the same uneven steps, and a rank whose own was learned low (in the job's
+        # first seconds, or held back while its evidence was open) named the chance run of a few
+        # slow steps of its own (tp4dp4 with uneven steps, `data+`: rank 9 named at 24 s, its
+        # 0.010 against its mates' 0.015-0.043). Not in a pair, where that is the other member's
+        # alone (a 1.3x straggler of tp2pp4dp4 `data+` was missed, its mate's twice its own)
+        g_up = self._lower_median(np.nan_to_num(noise, nan=-np.inf), topo, upper=True)
+        trio = collective & (topo.ch_size[topo.slot_ch] >= 3) & np.isfinite(g_up)
+        scale = np.where(trio, np.fmax(scale, g_up), scale)
         scale = np.where(self.noise_age[sl] < cfg.noise_warm_s, np.fmax(scale, 2 * floor), scale)
         scale = np.where(collective, scale, cfg.p2p_k * scale)
         thr = cfg.noise_k * scale
@@ -820,8 +830,18 @@ class LatenessTracker:
         learn = (n_p2p > 0) & ~cond & ~lean & (run == 0) & ~found & ~kept
         a = dt / np.maximum(np.minimum(age + dt, cfg.stage_usual_s), 1e-9)
         usual[learn] += a[learn] * d_late[learn]
-        for j, x in enumerate((zs, d_late)):
-            var[learn, j] = (1.0 - a[learn]) * (var[learn, j] + a[learn] * x[learn] ** 2)
+        # the spread, though, is learned from the leaning samples too, each cut at its line (on
+        # the side a slow stage moves it): from those within half the line alone it saw a
+        # truncated spread, shrank to its floor, and healthy stages with uneven steps crossed it
+        # for 6 s (8 of 9 false pipeline nodes on 1,200 healthy jobs of our own); a slow stage's
+        # first seconds add at most the line each
+        spread = (n_p2p > 0) & ~cond & (run == 0) & ~found & ~kept
+        cut = (
+            np.fmax(zs, -np.fmax(cfg.stage_in_drop, k * sd[:, 0])),
+            np.fmin(d_late, np.fmax(cfg.stage_late_z, k * sd[:, 1])),
+        )
+        for j, x in enumerate(cut):
+            var[spread, j] = (1.0 - a[spread]) * (var[spread, j] + a[spread] * x[spread] ** 2)
         age[learn] += dt
         # a break of up to ``root_gap_s`` keeps the time held so far (not counted; nothing learned
         # meanwhile): a stage slower by 10-20% swings across the line, and started afresh at every
@@ -971,8 +991,9 @@ class LatenessTracker:
         cfg = self.cfg
         return np.where(age < cfg.baseline_warm_s, dt / np.maximum(age + dt, 1e-9), min(1.0, dt / cfg.baseline_tau_s))
 
-    def _lower_median(self, x: np.ndarray, topo: Topology) -> np.ndarray:
-        """Per slot: the lower median of ``x`` over its channel's members (nan counts as largest)."""
+    def _lower_median(self, x: np.ndarray, topo: Topology, upper: bool = False) -> np.ndarray:
+        """Per slot: the lower (or upper) median of ``x`` over its channel's members (nan counts as
+        largest in the lower; give -inf for what should count as smallest in the upper)."""
         if not x.shape[0]:
             return x
         # channels of one size at a time, as rows of a matrix: a partial sort per row, not a sort of all slots
@@ -980,9 +1001,9 @@ class LatenessTracker:
         for size, chans, idx in self._channels_by_size(topo):
             m = x[idx]
             if size <= 2:
-                med[chans] = np.fmin(m[:, 0], m[:, -1])
+                med[chans] = (np.fmax if upper else np.fmin)(m[:, 0], m[:, -1])
             else:
-                k = (size - 1) // 2
+                k = size // 2 if upper else (size - 1) // 2
                 med[chans] = np.partition(m, k, axis=1)[:, k]
         return med[topo.slot_ch]
 

@@ -89,3 +89,32 @@ def test_no_suspect_when_one_pause_joins_a_replica_s_waits() -> None:
     work = Workload(step_s=0.2933, microbatches=2)
     sc = Scenario(name="gc-pipe", layout=lay, workload=work, profile=prof, faults=(), duration=20.0, seed=3021118)
     assert [r.key for r in run_scenario(sc).reported] == []
+
+
+def _healthy_at_30(layout: Layout, profile: str, seed: int, duration: float) -> Scenario:
+    # as `bench/probe_healthy.py` runs them: 30 collectives per rank per second
+    return Scenario(
+        name="probe",
+        layout=layout,
+        workload=Workload.for_rate(30.0, layout),
+        profile={**PROFILES, **HELDOUT_PROFILES}[profile],
+        faults=(),
+        duration=duration,
+        seed=seed,
+    )
+
+
+def test_no_suspect_for_a_chance_run_of_slow_steps() -> None:
+    # tp4dp4 with uneven steps: rank 9 was the last of its tensor-parallel group at most steps for
+    # about 2.5 s. Its own fluctuation had been learned low (0.010 s/s against its mates'
+    # 0.015-0.043), and it was named at 24 s; a group's members share its fluctuation
+    sc = _healthy_at_30(LAY, "data+", 20040, 30.0)
+    assert [r.key for r in run_scenario(sc).reported] == []
+
+
+def test_no_slow_stage_for_uneven_steps() -> None:
+    # tp2pp4dp4 with uneven steps: node 3, one pipeline stage, was named by the slow-stage test at
+    # 31.5 s; the usual spread it is judged against had been learned from the samples within half
+    # its line alone
+    sc = _healthy_at_30(DEEP, "data+", 9076, 35.0)
+    assert [r.key for r in run_scenario(sc).reported] == []
