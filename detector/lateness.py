@@ -10,7 +10,8 @@ checkpoint or one slow step lands in one or two buckets and moves nothing; a str
 
 A slot is *hot* when its lateness exceeds what is normal for it — the lower of its own baseline
 (once learned) and, in a collective group, the group's lower median now — by at least
-``min_effect`` and by ``noise_k`` times its usual fluctuation.
+``min_effect`` and by ``noise_k`` times its usual fluctuation (in a group of three or more,
+never less than the group's: the upper median of its members').
 
 Lateness propagates: a rank that waited for a straggler in its tensor-parallel group arrives late
 at its data-parallel all-reduce. So a hot slot counts against its rank only if the rank did not,
