@@ -78,10 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--healthy", type=int, default=5, help="healthy runs per layout and profile")
     ap.add_argument("--hangs", type=int, default=2, help="runs with a hung node per layout and profile")
-    ap.add_argument(
+    seeds = ap.add_mutually_exclusive_group()
+    seeds.add_argument(
         "--first-seed", type=int, default=301, help="seed of the first run, the rest counting up (another sample)"
     )
-    ap.add_argument("--wide", action="store_true", help=f"every range of WIDE_SEEDS in turn: {WIDE_SEEDS}")
+    seeds.add_argument("--wide", action="store_true", help=f"every range of WIDE_SEEDS in turn: {WIDE_SEEDS}")
     args = ap.parse_args(argv)
     runs = [
         r for first in (WIDE_SEEDS if args.wide else (args.first_seed,)) for r in _runs(args.healthy, args.hangs, first)

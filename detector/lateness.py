@@ -828,7 +828,8 @@ class LatenessTracker:
         leant = self.stage_lean[:n_nodes]
         leant[:] = np.where(lean & ~cond, leant + dt, 0.0)
         lean &= leant <= cfg.stage_hold_s
-        learn = (n_p2p > 0) & ~cond & ~lean & (run == 0) & ~found & ~kept
+        spread = (n_p2p > 0) & ~cond & (run == 0) & ~found & ~kept
+        learn = spread & ~lean
         a = dt / np.maximum(np.minimum(age + dt, cfg.stage_usual_s), 1e-9)
         usual[learn] += a[learn] * d_late[learn]
         # the spread, though, is learned from the leaning samples too, each cut at its line (on
@@ -836,7 +837,6 @@ class LatenessTracker:
         # truncated spread, shrank to its floor, and healthy stages with uneven steps crossed it
         # for 6 s (8 of 9 false pipeline nodes on 1,200 healthy jobs of our own); a slow stage's
         # first seconds add at most the line each
-        spread = (n_p2p > 0) & ~cond & (run == 0) & ~found & ~kept
         cut = (
             np.fmax(zs, -np.fmax(cfg.stage_in_drop, k * sd[:, 0])),
             np.fmin(d_late, np.fmax(cfg.stage_late_z, k * sd[:, 1])),
