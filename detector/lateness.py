@@ -7,6 +7,8 @@ is the **median over its five most recent non-empty buckets** of the per-op mean
 group's op rate: seconds per second of wall-clock, so lateness is directly the share w of time
 the group loses. The median makes it persistent by construction — a GC pause, a barrier after a
 checkpoint or one slow step lands in one or two buckets and moves nothing; a straggler is in all five.
+Across a pause of the job (a checkpoint's save) a collective group that runs ops often is judged
+over its newest buckets before and after the pause together, until it has five after it.
 
 A slot is *hot* when its lateness exceeds what is normal for it — the lower of its own baseline
 (once learned) and, in a collective group, the group's lower median now — by at least
@@ -38,6 +40,7 @@ _K = 40  # ...and kept per slot (16 s): a group that runs one burst of ops a ste
 _SPARSE = 3.0  # ...if its recent non-empty buckets lie this many buckets apart (1.2 s; the median gap)
 RECENT_BUCKETS = 5  # most recent non-empty buckets the median is taken over...
 _MIN_OPS = 8  # ...and at least this many ops in them
+_DENSE = 8  # buckets of ``_WIN`` with ops: a group that runs ops often (not in bursts a step apart)
 _ROWS = 16384  # slots per block of the recent-bucket medians (a few MB of intermediates)
 
 
@@ -129,6 +132,8 @@ class LatenessTracker:
         self.waiting = np.zeros(0, bool)  # per slot: old enough to judge, but too few recent buckets
         self.sparse_rate = np.zeros(0)  # per slot judged over bursts a second or more apart: their op rate
         self.gap = np.zeros(0, bool)  # per slot: its group went quiet since the slot was last judged
+        self.bridged = np.zeros(0, bool)  # per slot: ...and has not had RECENT_BUCKETS buckets since
+        self.dense = np.zeros(0, bool)  # per slot: had ops in _DENSE buckets of the window, when last running
         self._prev_roots: dict[int, Straggler] = {}
         self.thr = np.zeros(0)
         self.stage_run = np.zeros(0)  # per node: seconds its slow-stage evidence has held
@@ -163,6 +168,8 @@ class LatenessTracker:
         self.onset_seq = _grow(self.onset_seq, n, 0)
         self.hot = _grow(self.hot, n, False)
         self.gap = _grow(self.gap, n, False)
+        self.bridged = _grow(self.bridged, n, False)
+        self.dense = _grow(self.dense, n, False)
         self.busy = _grow(self.busy, n, False)
         self.cusum = _grow(self.cusum, n, 0.0)
         self.newest = _grow(self.newest, n, -(2**62))
@@ -344,11 +351,12 @@ class LatenessTracker:
                 arr.reshape(-1)[:] += np.bincount(flat, x, size).astype(np.float32)
 
     def _recent(
-        self, now: float, n: int, collective: np.ndarray, slot_rank: np.ndarray
+        self, now: float, n: int, collective: np.ndarray, slot_rank: np.ndarray, running: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per slot: median per-op lateness and time inside over its recent buckets, their count,
         and the per-op lateness four in five of those buckets reach (``collective``: per slot,
-        whether its group is a collective one; ``slot_rank``: its rank)."""
+        whether its group is a collective one; ``slot_rank``: its rank; ``running``: whether its
+        group has run within ``stale_s``). Also moves on ``dense`` and ``bridged``."""
         cfg = self.cfg
         ml = np.full(n, np.nan)
         lo_l = np.full(n, np.nan)
@@ -370,7 +378,10 @@ class LatenessTracker:
             return ml, md, cnt, lo_l
         # only slots with data in the ring (most slots of a big job's default group are idle)
         active = np.flatnonzero(self.last_bid[:n] >= self.bid[order].min())
-        self._recent_rows(active, order, ml, md, cnt, lo_l)
+        filled = np.zeros(n, np.int64)
+        self._recent_rows(active, order, ml, md, cnt, lo_l, filled=filled)
+        on = active[running[active]]
+        self.dense[on] = filled[on] >= _DENSE
         wide = every[self.bid[every] * cfg.bucket_s >= now - cfg.bucket_s * _K - cfg.stale_s]
         short = active[(cnt[active] < RECENT_BUCKETS) & collective[active]]
         if short.shape[0] and wide.shape[0] > order.shape[0]:
@@ -382,6 +393,14 @@ class LatenessTracker:
                 i = np.searchsorted(short, back)
                 ml[back], md[back], cnt[back], lo_l[back] = (x[i] for x in was)
                 self.sparse_rate[back] = np.nan
+        # a slot whose group paused (a checkpoint's save) and has run again since: its newest buckets
+        # before the pause count with those after it, as if the pause had not been (the group's own
+        # clock), until it has RECENT_BUCKETS after it. Waiting for those, a straggler that began
+        # during a save was judged two seconds into the run after it, and named a second or two later
+        self.bridged[active[cnt[active] >= RECENT_BUCKETS]] = False
+        back = on[(cnt[on] < RECENT_BUCKETS) & self.bridged[on] & collective[on]]
+        if back.shape[0] and wide.shape[0] > order.shape[0]:
+            self._recent_rows(back, wide, ml, md, cnt, lo_l)
         return ml, md, cnt, lo_l
 
     def _recent_rows(
@@ -393,10 +412,12 @@ class LatenessTracker:
         cnt: np.ndarray,
         lo_l: np.ndarray,
         apart: float = 0.0,
+        filled: np.ndarray | None = None,
     ) -> None:
         """``_recent`` for these rows over these ring positions (newest first), into the arrays; with
         ``apart``, only rows whose buckets taken lie evenly, their median gap that many buckets or
-        more, and those rows' op rates into ``sparse_rate``."""
+        more, and those rows' op rates into ``sparse_rate``; ``filled``: how many of the positions
+        have ops, per row."""
         inf = np.float32(np.inf)
         ids = self.bid[order]
         # a block of rows at a time: the same arithmetic, but its intermediates stay in cache
@@ -404,6 +425,8 @@ class LatenessTracker:
             rows = active[lo : lo + _ROWS]
             ops = np.take(self.bo[rows], order, axis=1)
             has = ops > 0
+            if filled is not None:
+                filled[rows] = np.count_nonzero(has, axis=1)
             # the newest non-empty buckets, at least RECENT_BUCKETS of them and at least _MIN_OPS ops (a group
             # that runs an op a second is judged over several of its steps, not over one)
             before_b: np.ndarray = np.cumsum(has, axis=1, dtype=np.int32) - has
@@ -470,7 +493,9 @@ class LatenessTracker:
         ops_rate = self.ch_ops[: topo.n_channels] / cfg.ops_tau_s
         rate = ops_rate[topo.slot_ch]
         collective = topo.ch_parent[topo.slot_ch] < 0
-        ml, md, nb, lo_l = self._recent(now, n, collective, topo.slot_rank)  # per op: median lateness and time inside
+        running = now - self.ch_new[topo.slot_ch] <= cfg.stale_s  # per slot: its group ran within ``stale_s``
+        # per op: median lateness and time inside
+        ml, md, nb, lo_l = self._recent(now, n, collective, topo.slot_rank, running)
         sparse = np.isfinite(self.sparse_rate)
         if sparse.any():
             # a group that runs a burst of ops every second or more: its rate is what its recent
@@ -534,6 +559,9 @@ class LatenessTracker:
         judged[mature] = now
         gap = self.gap[sl]
         gap |= ~has & (now - self.ch_new[topo.slot_ch] > cfg.stale_s)
+        # (a group that runs ops often: not the quiet seconds between the bursts of a group that
+        # runs one a step)
+        self.bridged[:n] |= gap & self.dense[:n]
         gap[mature] = False
         paused = ~has & gap & (now - judged <= cfg.pause_s)  # never judged (nan): False
         imposed = ex_late * lag_k[topo.slot_ch]
