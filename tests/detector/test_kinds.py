@@ -824,41 +824,36 @@ def test_a_slow_node_of_a_data_parallel_job_late_below_every_rank_s_threshold_is
     assert res.latency[0] is not None and res.latency[0] < 15.0
 
 
-def test_a_straggler_that_starts_during_a_save_is_judged_with_the_buckets_before_it() -> None:
+def test_a_straggler_that_starts_during_a_save_is_judged_with_the_buckets_before_it(run) -> None:  # type: ignore[no-untyped-def]
     # heldout-straggler-004 (tp2pp4dp4, 300/s, every kind of jitter, a 3 s save every 50 steps):
     # rank 19 slows to 2x at 30.9 s, while the job saves (27.7-31.7 s). After the save, its
     # slots were judged only once they had five buckets with ops after it (2 s of steps), and it
-    # was named 4.1 s after its onset. A group that runs ops in nearly every bucket and paused
-    # with the whole job is judged over its newest buckets before the pause and after it together,
-    # as if the pause had not been: named at 3.6 s
-    lay = Layout(tp=2, pp=4, dp=4)
-    sc = Scenario(
-        name="straggler-during-a-save",
-        layout=lay,
-        workload=Workload.for_rate(300.0, lay),
+    # was named 4.1 s after its onset. A group that runs ops in nearly every bucket and went quiet
+    # is judged over its newest buckets before the pause and after it together, as if the pause
+    # had not been: named at 3.6 s
+    res = run(
+        Layout(tp=2, pp=4, dp=4),
+        Fault("slow_compute", "rank", ranks=(19,), factor=2.0, onset=30.91851526053058),
+        rate=300.0,
         profile=HELDOUT_PROFILES["everything+"],
-        faults=(Fault("slow_compute", "rank", ranks=(19,), factor=2.0, onset=30.91851526053058),),
         duration=38.0,
         seed=1020007,
     )
-    res = run_scenario(sc)
     assert [r.key for r in res.reported] == ["noncomm_slow:rank:19"]
     assert res.latency[0] is not None and res.latency[0] <= 3.6
 
 
-def test_a_group_that_runs_in_bursts_is_not_judged_across_a_save() -> None:
+def test_a_group_that_runs_in_bursts_is_not_judged_across_a_save(run) -> None:  # type: ignore[no-untyped-def]
     # unseen-slow_rnic-001 (tp4pp4dp2, 50/s, a 5 s save every 30 steps): rank 23's NIC slows 3x.
     # The data-parallel pairs run a burst of ops a step, with buckets between them empty. Judged
     # after a save over their newest buckets before it and after it (as a group that runs ops in
     # nearly every bucket is), their bursts' uneven lateness named node 0 at 46 s
-    lay = Layout(tp=4, pp=4, dp=2)
-    sc = Scenario(
-        name="bursts-across-a-save",
-        layout=lay,
-        workload=Workload.for_rate(50.0, lay),
+    res = run(
+        Layout(tp=4, pp=4, dp=2),
+        Fault("slow_comm", "rnic", ranks=(23,), factor=3.0, onset=23.95759350816349),
+        rate=50.0,
         profile=UNSEEN_PROFILES["checkpoint~"],
-        faults=(Fault("slow_comm", "rnic", ranks=(23,), factor=3.0, onset=23.95759350816349),),
         duration=48.0,
         seed=3020818,
     )
-    assert [r.key for r in run_scenario(sc).reported] == ["comm_slow:rank:23"]
+    assert [r.key for r in res.reported] == ["comm_slow:rank:23"]
