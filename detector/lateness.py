@@ -598,6 +598,17 @@ class LatenessTracker:
         self.waiting = waiting
         k = 0.5 * cfg.noise_k
         cs = self.cusum[sl]
+        # ...and when a slot's evidence opens far over its line (the median of its window at twice
+        # its threshold, late in four of its five buckets: ``steady``), at least three of the
+        # window's buckets are that late, and they count, not only the newest: a 2x straggler's
+        # evidence took another analysis to add up to the short hold's twice ``cusum_h``, and it
+        # was named 3.6 s after its onset, 3.1 s so. Not a mild excess: counted at its opening,
+        # the evidence of a rank late for a few uneven steps (``data+``) held for a false
+        # straggler (7 more in the 1,200 healthy jobs of ``probe_healthy.py --wide``); nor before
+        # the slot's own fluctuation is learned (``noise_warm_s``), as for the short hold
+        opens = mature & (cs == 0) & (ex_late >= 2 * thr) & steady & ~was_waiting
+        opens &= self.noise_age[sl] >= cfg.noise_warm_s
+        dt_eff[opens] = np.maximum(dt_eff[opens], (RECENT_BUCKETS + 1) // 2 * cfg.bucket_s)
         grown = np.clip(cs + dt_eff * (np.minimum(z, 4 * cfg.noise_k) - k), 0.0, 3 * cfg.cusum_h)
         cs[:] = np.where(mature, grown, np.where(paused, cs, 0.0))
         kept = np.zeros(n, bool)

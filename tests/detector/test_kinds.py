@@ -857,3 +857,22 @@ def test_a_group_that_runs_in_bursts_is_not_judged_across_a_save(run) -> None:  
         seed=3020818,
     )
     assert [r.key for r in res.reported] == ["comm_slow:rank:23"]
+
+
+def test_a_straggler_far_over_its_line_counts_the_late_buckets_its_evidence_opens_on(run) -> None:  # type: ignore[no-untyped-def]
+    # tune-straggler_flap-006 (tp2pp2dp8, 10/s, CPU noise and GC pauses): rank 30 turns 1.5x at
+    # 29.1 s for 6 s at a time. Its evidence opened at six times its threshold, late in four of
+    # its five buckets, yet counted only the newest bucket: 7 of the short hold's twice
+    # ``cusum_h`` (10) for the second it was a root, then it dropped out of the roots for 1.5 s
+    # and was named 5.9 s after its onset. Counting the three buckets its window's median stands
+    # for when the evidence opens: named on the short hold, 2.9 s after it
+    res = run(
+        Layout(tp=2, pp=2, dp=8),
+        Fault("slow_compute", "rank", ranks=(30,), factor=1.5, onset=29.079923887830038, flap=(6.0, 10.0)),
+        rate=10.0,
+        profile="gc",
+        duration=40.0,
+        seed=20306,
+    )
+    assert [r.key for r in res.reported] == ["noncomm_slow:rank:30"]
+    assert res.latency[0] is not None and res.latency[0] <= 3.0
