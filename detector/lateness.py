@@ -13,7 +13,9 @@ over its newest buckets before and after the pause together, until it has five a
 A slot is *hot* when its lateness exceeds what is normal for it — the lower of its own baseline
 (once learned) and, in a collective group, the group's lower median now — by at least
 ``min_effect`` and by ``noise_k`` times its usual fluctuation (in a group of three or more,
-never less than the group's: the upper median of its members').
+never less than the group's: the upper median of its members'), and the evidence (a CUSUM of
+that excess over time, each bucket counted once) has added up to ``cusum_h``; evidence that
+opens at twice the threshold in a steady slot counts the three late buckets its median stands for.
 
 Lateness propagates: a rank that waited for a straggler in its tensor-parallel group arrives late
 at its data-parallel all-reduce. So a hot slot counts against its rank only if the rank did not,
