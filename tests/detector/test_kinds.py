@@ -876,3 +876,41 @@ def test_a_straggler_far_over_its_line_counts_the_late_buckets_its_evidence_open
     )
     assert [r.key for r in res.reported] == ["noncomm_slow:rank:30"]
     assert res.latency[0] is not None and res.latency[0] <= 3.0
+
+
+def test_a_job_that_runs_in_short_bursts_between_saves_is_judged_across_them(run) -> None:  # type: ignore[no-untyped-def]
+    # unseen-straggler-000 (dp32, 50/s, every kind of jitter): the job saves for about 4 s after
+    # every 2 s of steps, and rank 15 slows to 2x at 24.8 s, in a save (22-26 s). The group's
+    # runs of steps fill five to seven of the window's ten buckets, never the eight that make it
+    # one that runs ops often, so it was not judged across the saves: judged once it had five
+    # buckets after the save, and named 4.2 s after the onset. Buckets with ops side by side
+    # since the last pause count as a group that runs ops often: named at 3.2 s
+    res = run(
+        Layout(tp=1, pp=1, dp=32),
+        Fault("slow_compute", "rank", ranks=(15,), factor=2.0, onset=24.78307365266923),
+        rate=50.0,
+        profile=UNSEEN_PROFILES["everything~"],
+        duration=32.0,
+        seed=3020017,
+    )
+    assert [r.key for r in res.reported] == ["noncomm_slow:rank:15"]
+    assert res.latency[0] is not None and res.latency[0] <= 3.5
+
+
+def test_a_slow_first_step_is_not_a_save_to_judge_across(run) -> None:  # type: ignore[no-untyped-def]
+    # unseen-slow_link_and_straggler-002 (tp4pp4dp2, 200/s, a slow first step): the first step
+    # left the groups quiet after a few buckets of ops side by side. Judged across that as across a
+    # save, the straggler rank 21 (1.5x from 26.8 s, beside a 4x slow link between nodes 0 and 1)
+    # was missed; bridged only once a slot's fluctuation is learned for half of ``noise_warm_s``,
+    # it is named 7.7 s after its onset, as before short runs counted as running ops often
+    res = run(
+        Layout(tp=4, pp=4, dp=2),
+        Fault("slow_comm", "link", nodes=(0, 1), factor=4.0, onset=23.79076070723002),
+        Fault("slow_compute", "rank", ranks=(21,), factor=1.5, onset=26.79076070723002),
+        rate=200.0,
+        profile=UNSEEN_PROFILES["first_step~"],
+        duration=40.0,
+        seed=3020919,
+    )
+    assert "noncomm_slow:rank:21" in {r.key for r in res.reported}
+    assert not res.false_suspects
