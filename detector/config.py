@@ -142,3 +142,8 @@ class DetectorConfig:
     ``evaluate`` (which folds them all first): bounds the memory of a job nobody evaluates."""
     max_flight_recorder_ranks: int = 1024
     """At most this many ranks are asked for a Flight Recorder dump per hang."""
+
+    @property
+    def mild_share(self) -> float:
+        """The share of wall-clock the rest of the job waits on a straggler of ``mild_slowdown``."""
+        return 1.0 - 1.0 / self.mild_slowdown

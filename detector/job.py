@@ -897,7 +897,7 @@ class JobDetector:
                 self._rank_held[r] = min(now, self._rank_held[r] + dt)
         if not roots:
             return
-        mild_w = 1.0 - 1.0 / cfg.mild_slowdown  # the share of wall-clock that slowdown costs
+        mild_w = cfg.mild_share
         imposed = {r: self._imposed(r) for r in roots}
         reported = self._reported_ranks("noncomm_slow")
         # the short hold: a straggler whose own fluctuation is learned in every group it is late in
@@ -1140,11 +1140,8 @@ class JobDetector:
         (a 1.24x straggler in tp4dp4 read 1.55x). Op rates as of each group's newest analysed op
         (``LatenessTracker.imposed``): counted up to now they read a 1.27x slow node as 1.13x.
         """
-        topo, late = self.topo, self.late
-        ptr, slots_of = topo.rank_slots()
-        mine = slots_of[ptr[r] : ptr[r + 1]]
-        ex = np.nan_to_num(late.imposed[mine], nan=0.0)
-        return float(np.clip(ex, 0.0, None).max(initial=0.0))
+        ptr, slots_of = self.topo.rank_slots()
+        return self.late.imposed_by(slots_of[ptr[r] : ptr[r + 1]])
 
     def _comm_findings(self, now: float, slow: np.ndarray, healthy: np.ndarray, cands: dict[str, Finding]) -> None:
         cfg, topo, xfer = self.cfg, self.topo, self.xfer

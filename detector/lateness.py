@@ -430,15 +430,15 @@ class LatenessTracker:
             rows = active[lo : lo + _ROWS]
             ops = np.take(self.bo[rows], order, axis=1)
             has = ops > 0
-            got = np.count_nonzero(has, axis=1)
             if filled is not None:
-                filled[rows] = got
+                filled[rows] = np.count_nonzero(has, axis=1)
             if side is not None:
                 # five or more, side by side (a run of steps since the group last paused, no empty
                 # bucket between)
+                n_has = np.count_nonzero(has, axis=1) if filled is None else filled[rows]
                 first = np.argmax(has, axis=1)
                 last = has.shape[1] - 1 - np.argmax(has[:, ::-1], axis=1)
-                side[rows] = (got >= RECENT_BUCKETS) & (last - first + 1 == got)
+                side[rows] = (n_has >= RECENT_BUCKETS) & (last - first + 1 == n_has)
             # the newest non-empty buckets, at least RECENT_BUCKETS of them and at least _MIN_OPS ops (a group
             # that runs an op a second is judged over several of its steps, not over one)
             before_b: np.ndarray = np.cumsum(has, axis=1, dtype=np.int32) - has
@@ -801,6 +801,12 @@ class LatenessTracker:
         usual[upd] += a[upd] * (extra[upd] - usual[upd])
         age[learn] += dt
         return np.where(p2p, np.clip(extra - np.nan_to_num(usual, nan=0.0), 0.0, None), extra)
+
+    def imposed_by(self, mine: np.ndarray) -> float:
+        """Seconds per second the job waits on the rank of these slots: the most any of its groups
+        does (see ``JobDetector._imposed``)."""
+        ex = np.nan_to_num(self.imposed[mine], nan=0.0)
+        return float(np.clip(ex, 0.0, None).max(initial=0.0))
 
     def _slow_stages(
         self, dt: float, topo: Topology, out: dict[int, Straggler], frozen_ch: np.ndarray | None, keep: set[int]
@@ -1235,7 +1241,7 @@ class LatenessTracker:
                 # drift downwards excuses nobody more
                 u = float(np.clip(1.0 - self.usual_in[r], 0.0, 1.0))
                 ex = float(self.ex_late[s]) if np.isfinite(self.ex_late[s]) else 0.0
-                mild = float(np.nan_to_num(self.imposed[mine], nan=0.0).max()) < 1.0 - 1.0 / self.cfg.mild_slowdown
+                mild = self.imposed_by(mine) < self.cfg.mild_share
                 over = d_common if mild and not slow_any and not on_other.shape[0] else 0.0
                 if d_in - over > (u - 0.5) * ex:
                     if not second and hot_max[topo.slot_ch[s]] > hot_ex[s]:
