@@ -261,6 +261,23 @@ def test_a_straggler_in_a_job_that_mostly_checkpoints(faulty, seed) -> None:  # 
         assert res.latency[0] is not None and res.latency[0] < 12.0
 
 
+@pytest.mark.parametrize("faulty", [True, False], ids=["straggler", "healthy"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_straggler_in_a_job_whose_runs_between_saves_are_too_short_to_judge(faulty, seed) -> None:  # type: ignore[no-untyped-def]
+    # the same saves at 100 ops a second: 30 steps are about half a second, two or three buckets
+    # with ops between 5 s pauses, never the five a slot's median is taken over, so the group was
+    # never judged (seed 2: never named) or only once a slow save left a longer run (17-24 s)
+    lay = DP16
+    prof = dataclasses.replace(PROFILES["checkpoint"], ckpt_every=30, ckpt_s=5.0, ckpt_skew_s=2.0)
+    faults = (Fault("slow_compute", "rank", ranks=(5,), factor=1.5, onset=20.0),) if faulty else ()
+    work = Workload.for_rate(100.0, lay)
+    sc = Scenario(name="ckpt", layout=lay, workload=work, profile=prof, faults=faults, duration=50.0, seed=seed)
+    res = run_scenario(sc)
+    assert {r.key for r in res.reported} == ({"noncomm_slow:rank:5"} if faulty else set())
+    if faulty:
+        assert res.latency[0] is not None and res.latency[0] < 12.0, res.latency
+
+
 def _reported(
     layout: Layout, workload: Workload, profile: str, fault: Fault | None, duration: float, seed: int
 ) -> list[str]:
