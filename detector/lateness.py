@@ -139,7 +139,8 @@ class LatenessTracker:
         # per slot, when last running: ran ops often (2: ``_DENSE``; 1: only a short run, side by side)
         self.dense = np.zeros(0, np.int8)
         self.runs = np.zeros(0, bool)  # per slot, when last running: its ops came in one run side by side
-        self.run_rate = np.zeros(0)  # per slot bridged, as judged now: the op rate of its fullest bucket
+        self.short = np.zeros(0, bool)  # per slot: bridged only because its runs between pauses are short
+        self.run_rate = np.zeros(0)  # per slot so bridged, as judged now: the op rate of its fullest bucket
         self._prev_roots: dict[int, Straggler] = {}
         self.thr = np.zeros(0)
         self.stage_run = np.zeros(0)  # per node: seconds its slow-stage evidence has held
@@ -177,6 +178,7 @@ class LatenessTracker:
         self.bridged = _grow(self.bridged, n, False)
         self.dense = _grow(self.dense, n, 0)
         self.runs = _grow(self.runs, n, False)
+        self.short = _grow(self.short, n, False)
         self.busy = _grow(self.busy, n, False)
         self.cusum = _grow(self.cusum, n, 0.0)
         self.newest = _grow(self.newest, n, -(2**62))
@@ -406,11 +408,17 @@ class LatenessTracker:
         # before the pause count with those after it, as if the pause had not been (the group's own
         # clock), until it has RECENT_BUCKETS after it. Waiting for those, a straggler that began
         # during a save was judged two seconds into the run after it, and named a second or two later
-        self.bridged[active[cnt[active] >= RECENT_BUCKETS]] = False
+        full = active[cnt[active] >= RECENT_BUCKETS]
+        self.bridged[full] = False
+        self.short[full] = False
         back = on[(cnt[on] < RECENT_BUCKETS) & self.bridged[on] & collective[on]]
         if back.shape[0] and wide.shape[0] > order.shape[0]:
-            # (its op rate: what it runs at, not its count decayed over the pauses it is judged across)
-            self._recent_rows(back, wide, ml, md, cnt, lo_l, run_rate=self.run_rate)
+            # (a group bridged for its short runs: its op rate is what it runs at, not its count
+            # decayed over the pauses, which are most of its time)
+            rr = np.full(n, np.nan)
+            self._recent_rows(back, wide, ml, md, cnt, lo_l, run_rate=rr)
+            short = back[self.short[back]]
+            self.run_rate[short] = rr[short]
         return ml, md, cnt, lo_l
 
     def _recent_rows(
@@ -533,10 +541,8 @@ class LatenessTracker:
             lag_k = np.where(n_sp > 0, 1.0, lag_k)
         runs = np.isfinite(self.run_rate)
         if runs.any():
-            # a group judged across its pauses (``bridged``): its rate is what its runs ran at
-            # (the members' mean), as of now. Its count decayed over ``ops_tau_s`` counts ``stale_s``
-            # of every pause, and read a third to a sixth of that in jobs that save every second or
-            # two of steps: a 1.3x straggler of dp32 at 100/s (``everything``) was never named
+            # a group judged across the pauses between its short runs: its rate is what they ran
+            # at (the members' mean), as of now
             n_ch = topo.n_channels
             n_run = np.bincount(topo.slot_ch[runs], minlength=n_ch)
             ch_rate = np.bincount(topo.slot_ch[runs], self.run_rate[runs], n_ch) / np.maximum(n_run, 1)
@@ -607,11 +613,13 @@ class LatenessTracker:
         # A group whose runs between pauses are too short for five buckets with ops (a job that
         # saves every few dozen steps of 10-20 ms: half a second of ops, then seconds of saving)
         # is otherwise never judged at all: one that ran a short run side by side, not judged
-        # within ``pause_s`` (or ever), is bridged too (and judged at the rate its runs ran at).
+        # within ``pause_s`` (or ever), is bridged too, and judged at the rate its runs ran at.
         # Pure data-parallel jobs at 50-100 ops a second that save every 25-40 steps: their
         # stragglers of 1.1-1.4x were missed (``dp16`` at 100/s, seed 2), or named after 17-29 s
         stale = ~(now - judged <= cfg.pause_s) & grown_up  # never judged (nan): True
-        self.bridged[:n] |= often | (gap & stale & self.runs[:n])
+        short = gap & stale & self.runs[:n] & ~self.bridged[:n]
+        self.short[:n] |= short
+        self.bridged[:n] |= often | short
         gap[mature] = False
         paused = ~has & gap & (now - judged <= cfg.pause_s)  # never judged (nan): False
         imposed = ex_late * lag_k[topo.slot_ch]
