@@ -438,8 +438,9 @@ class LatenessTracker:
         """``_recent`` for these rows over these ring positions (newest first), into the arrays; with
         ``apart``, only rows whose buckets taken lie evenly, their median gap that many buckets or
         more, and those rows' op rates into ``sparse_rate``; ``filled``: how many of the positions
-        have ops, per row; ``side``: whether five or more do and lie side by side; ``runs``: whether two or
-        more do, all side by side; ``run_rate``: the ops per second of the fullest bucket taken."""
+        have ops, per row; ``side``: whether five or more do and lie side by side; ``runs``: whether
+        two or more do, all side by side; ``run_rate``: the ops per second of the fullest bucket
+        taken."""
         inf = np.float32(np.inf)
         ids = self.bid[order]
         # a block of rows at a time: the same arithmetic, but its intermediates stay in cache
@@ -985,13 +986,14 @@ class LatenessTracker:
         then and was named alone, the node never. Eight ranks late together by half a threshold,
         while the group's other members are not late, is no chance: the node is slow. Judged per
         group that holds ``node_share`` of a node's ranks and is at least half other nodes' ranks:
-        the node's ranks there late by ``node_lean`` of their thresholds on average and that share
-        of them by half of it, the group's lower median under a quarter of it (slots with history,
-        ``judged``; a paused slot keeps its judgement), and its ranks' share of time inside ops
-        grown less than the other members' (they compute longer, the others wait); held
-        ``mild_hold_s``, through breaks of up to ``root_gap_s``. Not where the node's channels
-        carry slow transfers (the transfer analysis speaks for those). A group of one node's
-        ranks only (a tensor-parallel group) never qualifies: there the ranks wait for each other.
+        the node's ranks there late by ``node_lean`` of their thresholds on average (each counting
+        at most twice that) and that share of them by half of it, the group's lower median under a
+        quarter of it (slots with history, ``judged``; a paused slot keeps its judgement), and its
+        ranks' share of time inside ops grown less than the other members' (they compute longer,
+        the others wait); held ``mild_hold_s``, through breaks of up to ``root_gap_s``. Not where
+        the node's channels carry slow transfers (the transfer analysis speaks for those). A group
+        of one node's ranks only (a tensor-parallel group) never qualifies: there the ranks wait
+        for each other.
         """
         cfg = self.cfg
         n = topo.n_slots
@@ -1021,9 +1023,12 @@ class LatenessTracker:
             m = key.shape[0]
             ch_of, node_at = key // n_nodes, key % n_nodes
             cnt = np.bincount(inv, minlength=m)
-            zsum = np.bincount(inv, z[sel], m)
             broad = np.bincount(inv, lean[sel], m)
             line = np.where(kept[node_at], 0.5, 1.0) * cfg.node_lean
+            # (a rank counts at most twice the line: one straggler far over its own threshold does
+            # not carry its node. dp16 at 10/s, a 1.5x rank at four times its threshold and its
+            # seven node-mates at -0.2-0.5 averaged 0.6 of theirs: the node was named, not the rank)
+            zsum = np.bincount(inv, np.minimum(z[sel], 2.0 * line[inv]), m)
             # ...and its ranks spend less of their time inside ops than the group's other members
             # (they compute longer; the others wait for them): a pipeline stage that a slow stage
             # before it holds up is as late at its reduces together, but it waited to be
