@@ -620,6 +620,12 @@ class LatenessTracker:
         # Pure data-parallel jobs at 50-100 ops a second that save every 25-40 steps: their
         # stragglers of 1.1-1.4x were missed (``dp16`` at 100/s, seed 2), or named after 17-29 s
         stale = ~(now - judged <= cfg.pause_s) & grown_up  # never judged (nan): True
+        # ...while the whole job is quiet (a save, an evaluation), not the seconds between one
+        # step's burst and the next while other groups run (a pipeline of 2-3 s steps: its
+        # data-parallel bursts so judged, at a burst's rate, read a 1.03x rank's cost 1.9 times
+        # too high and lost a 1.07x one, ``bench/probe_steps.py`` seeds 345 and 364)
+        seen = self.ch_new[: topo.n_channels]
+        stale &= bool(np.isfinite(seen).any()) and now - float(seen.max()) > cfg.stale_s
         short = gap & stale & self.runs[:n] & ~self.bridged[:n]
         self.short[:n] |= short
         self.bridged[:n] |= often | short

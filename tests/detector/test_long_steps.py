@@ -67,3 +67,14 @@ def test_a_slow_node_that_begins_before_its_groups_are_judged_is_not_learned_as_
     res = run(TP8DP4, node, step_s=2.0, profile="everything", duration=54.0, seed=342)
     assert [r.key for r in res.reported] == ["noncomm_slow:node:node00002"]
     assert res.latency[0] is not None and res.latency[0] <= 10 * res.step_s
+
+
+def test_a_pipeline_of_three_second_steps_is_not_judged_at_its_bursts_rate(run) -> None:  # type: ignore[no-untyped-def]
+    # tp4pp2dp4 at 3 s steps: a data-parallel group's burst fills two buckets side by side, then
+    # nothing for two seconds while the pipeline's other groups run. Taken for a job that saves
+    # after every short run, it was judged at the rate of its fullest bucket, and this 1.3x rank
+    # (1.07x of the job, ``bench/probe_steps.py`` seed 364) was never named; it is at 5.5 s
+    rank = Fault("slow_compute", "rank", ranks=(9,), factor=1.3, onset=36.0)
+    res = run(Layout(tp=4, pp=2, dp=4), rank, step_s=3.0, profile="everything", duration=72.0, seed=364)
+    assert [r.key for r in res.reported] == ["noncomm_slow:rank:9"]
+    assert res.latency[0] is not None and res.latency[0] <= 4 * res.step_s
