@@ -572,9 +572,12 @@ DP24 = Layout(tp=1, pp=1, dp=24)  # 24 ranks on 3 nodes, one data-parallel group
 def test_a_straggler_in_a_job_that_mostly_saves_holds_up_its_barriers(profile, fault, key, seeds) -> None:  # type: ignore[no-untyped-def]
     # 50 (40) steps of 20 ms between 3 s (4 s) saves: the job trains about 1 s in every 4 or 5,
     # and a node a fifth slower, or a rank half slower, loses most of what it costs at the barrier
-    # after each save, where it arrives last (it writes slower too). The bursts of steps are too
+    # after each save, where it arrives last (it writes slower too). The bursts of steps were too
     # short for the bucketed lateness: the node was missed in 6 of 6 seeds and the rank in 6 of 6
-    # (a job 1.25-1.39x slower) until the barriers were judged on their own (2026-12-01)
+    # (a job 1.25-1.39x slower) until the barriers were judged on their own (2026-12-01), which
+    # named them 12.5-18 s after the onset. Since the data-parallel group is judged across the
+    # saves (*Runs too short to judge*, 2026-12-05) its lateness names them first (5-12 s); the
+    # evidence is that group's or the barriers'
     for seed in seeds:
         sc = Scenario(
             name="saves",
@@ -589,7 +592,8 @@ def test_a_straggler_in_a_job_that_mostly_saves_holds_up_its_barriers(profile, f
         assert {r.key for r in res.reported} == ({f"noncomm_slow:{key}"} if key else set()), seed
         if fault:
             assert res.latency[0] is not None and res.latency[0] < 20.0, (seed, res.latency)
-            assert "barriers" in res.findings_sample[0]["evidence"]
+            ev = res.findings_sample[0]["evidence"]
+            assert "barriers" in ev or any(g["desc"] == "dp" for g in ev.get("groups", [])), ev
 
 
 @pytest.mark.parametrize(("profile", "bound"), [("quiet", 2.5), ("gc", 3.0)])
