@@ -531,26 +531,19 @@ class LatenessTracker:
         running = now - self.ch_new[topo.slot_ch] <= cfg.stale_s  # per slot: its group ran within ``stale_s``
         # per op: median lateness and time inside
         ml, md, nb, lo_l = self._recent(now, n, collective, topo.slot_rank, running)
-        sparse = np.isfinite(self.sparse_rate)
-        if sparse.any():
-            # a group that runs a burst of ops every second or more: its rate is what its recent
-            # bursts ran at (the members' mean), as of now, not a decayed count
-            n_ch = topo.n_channels
-            n_sp = np.bincount(topo.slot_ch[sparse], minlength=n_ch)
-            ch_rate = np.bincount(topo.slot_ch[sparse], self.sparse_rate[sparse], n_ch) / np.maximum(n_sp, 1)
-            rate = np.where(n_sp[topo.slot_ch] > 0, ch_rate[topo.slot_ch], rate)
-            lag_k = np.where(n_sp > 0, 1.0, lag_k)
-        runs = np.isfinite(self.run_rate)
-        if runs.any():
-            # a group judged across the pauses between its short runs: its rate is what they ran
-            # at (the members' mean), as of now. Its count decayed over ``ops_tau_s`` counts
-            # ``stale_s`` of every pause, and read a sixth of that in a dp24 job that saves 5 s
-            # after every half second of steps (15 against 100 ops a second)
-            n_ch = topo.n_channels
-            n_run = np.bincount(topo.slot_ch[runs], minlength=n_ch)
-            ch_rate = np.bincount(topo.slot_ch[runs], self.run_rate[runs], n_ch) / np.maximum(n_run, 1)
-            rate = np.where(n_run[topo.slot_ch] > 0, ch_rate[topo.slot_ch], rate)
-            lag_k = np.where(n_run > 0, 1.0, lag_k)
+        # a group that runs a burst of ops every second or more (``sparse_rate``), or one judged
+        # across the pauses between its short runs (``run_rate``): its rate is what its recent
+        # bursts or runs ran at (the members' mean), as of now, not a decayed count. For the
+        # short runs that count counts ``stale_s`` of every pause, and read a sixth of their rate
+        # in a dp24 job that saves 5 s after every half second of steps (15 against 100 ops a second)
+        n_ch = topo.n_channels
+        for per_slot in (self.sparse_rate, self.run_rate):
+            got = np.isfinite(per_slot)
+            if got.any():
+                n_got = np.bincount(topo.slot_ch[got], minlength=n_ch)
+                ch_rate = np.bincount(topo.slot_ch[got], per_slot[got], n_ch) / np.maximum(n_got, 1)
+                rate = np.where(n_got[topo.slot_ch] > 0, ch_rate[topo.slot_ch], rate)
+                lag_k = np.where(n_got > 0, 1.0, lag_k)
         has = nb >= RECENT_BUCKETS
         med_lop = self._lower_median(np.nan_to_num(ml, nan=np.inf), topo)
         sl = slice(0, n)
