@@ -608,11 +608,17 @@ class LatenessTracker:
         often = gap & ((self.dense[:n] == 2) | ((self.dense[:n] == 1) & half_learned))
         # A group whose runs between pauses are too short for five buckets with ops (a job that
         # saves every few dozen steps of 10-20 ms: half a second of ops, then seconds of saving)
-        # is otherwise never judged at all: one that ran a short run side by side, not judged
-        # within ``pause_s`` (or ever), is bridged too, and judged at the rate its runs ran at.
-        # Pure data-parallel jobs at 50-100 ops a second that save every 25-40 steps: their
-        # stragglers of 1.1-1.4x were missed (``dp16`` at 100/s, seed 2), or named after 17-29 s
-        stale = ~(now - judged <= cfg.pause_s) & grown_up  # never judged (nan): True
+        # is otherwise never judged at all: one that ran a short run side by side is bridged too,
+        # and judged at the rate its runs ran at. Pure data-parallel jobs at 50-100 ops a second
+        # that save every 25-40 steps: their stragglers of 1.1-1.4x were missed (``dp16`` at
+        # 100/s, seed 2), or named after 17-29 s. Not one judged within ``pause_s`` (at a burst's
+        # rate, the fullest bucket, a pipeline's data-parallel group named its stage's neighbour
+        # a false node: tune-straggler_node-006), unless its last run was itself too short (four
+        # buckets or fewer): so gated, a group whose runs were of four and five buckets was judged
+        # at one run in three, its 1.5x straggler of dp16 at 100/s a root 4.6 s after its onset
+        # and never named in the 15 s it lasted, late in every run (``bench/probe_short_runs.py``
+        # seed 91, straggler_ends-003)
+        stale = (~(now - judged <= cfg.pause_s) | (self.dense[:n] == 0)) & grown_up  # never judged (nan): True
         # ...while the whole job is quiet (a save, an evaluation), not the seconds between one
         # step's burst and the next while other groups run (a pipeline of 2-3 s steps: its
         # data-parallel bursts so judged, at a burst's rate, read a 1.03x rank's cost 1.9 times

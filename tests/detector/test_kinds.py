@@ -278,6 +278,28 @@ def test_a_straggler_in_a_job_whose_runs_between_saves_are_too_short_to_judge(fa
         assert res.latency[0] is not None and res.latency[0] < 12.0, res.latency
 
 
+def test_a_straggler_in_a_job_whose_runs_between_saves_are_four_or_five_buckets_is_judged_at_every_run() -> None:
+    # dp16 at 100/s with GC pauses and saves every 40 steps: runs of four and five buckets. One of
+    # five judged the group, whose next runs were then left unjudged for ``pause_s`` (only groups
+    # never judged within it were bridged): the 1.5x rank, late in every run, was a root 4.6 s
+    # after its onset and never named in the 15 s it lasted (``bench/probe_short_runs.py``)
+    lay = DP16
+    fault = Fault("slow_compute", "rank", ranks=(3,), factor=1.5, onset=22.91, duration=15.0)
+    work = Workload.for_rate(100.0, lay)
+    sc = Scenario(
+        name="ends",
+        layout=lay,
+        workload=work,
+        profile=PROFILES["everything"],
+        faults=(fault,),
+        duration=60.0,
+        seed=91403,
+    )
+    res = run_scenario(sc)
+    assert {r.key for r in res.reported} == {"noncomm_slow:rank:3"}
+    assert res.latency[0] is not None and res.latency[0] < 12.0, res.latency
+
+
 def test_one_straggler_far_over_its_threshold_does_not_make_its_node_slow() -> None:
     # dp16 at 10/s with GC pauses and saves: a 1.5x rank four times over its threshold, its seven
     # node-mates at -0.2 to 0.5 of theirs (three over a quarter, by chance): the node's mean of
@@ -991,3 +1013,4 @@ def test_a_slow_first_step_is_not_a_save_to_judge_across(run) -> None:  # type: 
     )
     assert "noncomm_slow:rank:21" in {r.key for r in res.reported}
     assert not res.false_suspects
+
