@@ -1014,3 +1014,20 @@ def test_a_slow_first_step_is_not_a_save_to_judge_across(run) -> None:  # type: 
     assert "noncomm_slow:rank:21" in {r.key for r in res.reported}
     assert not res.false_suspects
 
+
+def test_a_slow_node_whose_ranks_flicker_out_of_the_roots_is_not_also_named_as_one_of_them(run) -> None:  # type: ignore[no-untyped-def]
+    # tp8dp4 at 10/s (each node one tensor-parallel group), node 3 1.5x slower: its eight ranks are
+    # roots together at one analysis and none at the next. At 29.5 s rank 29 alone was left a
+    # root, with no other root on its node, and was named as a rank half a second before its node
+    # (``bench/probe_classes.py`` seed 8181). Node-mates that dropped out of the roots within
+    # ``root_gap_s`` count as roots on its node, which makes a single rank wait ``mild_hold_s``
+    res = run(
+        Layout(tp=8, pp=1, dp=4),
+        Fault("slow_compute", "node", nodes=(3,), factor=1.5, onset=23.96920712092523),
+        rate=10.0,
+        profile=UNSEEN_PROFILES["cpu_noise~"],
+        duration=60.0,
+        seed=8181202,
+    )
+    assert [r.key for r in res.reported] == ["noncomm_slow:node:node00003"]
+    assert res.latency[0] is not None and res.latency[0] <= 7.0, res.latency
