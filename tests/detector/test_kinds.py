@@ -279,7 +279,7 @@ def test_a_straggler_in_a_job_whose_runs_between_saves_are_too_short_to_judge(fa
 
 
 def test_a_straggler_in_a_job_whose_runs_between_saves_are_four_or_five_buckets_is_judged_at_every_run() -> None:
-    # dp16 at 100/s with GC pauses and saves every 40 steps: runs of four and five buckets. One of
+    # dp16 at 100/s with GC pauses and 3 s saves every 50 steps: runs of four and five buckets. One of
     # five judged the group, whose next runs were then left unjudged for ``pause_s`` (only groups
     # never judged within it were bridged): the 1.5x rank, late in every run, was a root 4.6 s
     # after its onset and never named in the 15 s it lasted (``bench/probe_short_runs.py``)
