@@ -278,24 +278,13 @@ def test_a_straggler_in_a_job_whose_runs_between_saves_are_too_short_to_judge(fa
         assert res.latency[0] is not None and res.latency[0] < 12.0, res.latency
 
 
-def test_a_straggler_in_a_job_whose_runs_between_saves_are_four_or_five_buckets_is_judged_at_every_run() -> None:
+def test_a_straggler_in_a_job_whose_runs_between_saves_are_four_or_five_buckets_is_judged_at_every_run(run) -> None:  # type: ignore[no-untyped-def]
     # dp16 at 100/s with GC pauses and 3 s saves every 50 steps: runs of four and five buckets. One of
     # five judged the group, whose next runs were then left unjudged for ``pause_s`` (only groups
     # never judged within it were bridged): the 1.5x rank, late in every run, was a root 4.6 s
     # after its onset and never named in the 15 s it lasted (``bench/probe_short_runs.py``)
-    lay = DP16
     fault = Fault("slow_compute", "rank", ranks=(3,), factor=1.5, onset=22.91, duration=15.0)
-    work = Workload.for_rate(100.0, lay)
-    sc = Scenario(
-        name="ends",
-        layout=lay,
-        workload=work,
-        profile=PROFILES["everything"],
-        faults=(fault,),
-        duration=60.0,
-        seed=91403,
-    )
-    res = run_scenario(sc)
+    res = run(DP16, fault, rate=100.0, profile="everything", duration=60.0, seed=91403)
     assert {r.key for r in res.reported} == {"noncomm_slow:rank:3"}
     assert res.latency[0] is not None and res.latency[0] < 12.0, res.latency
 
