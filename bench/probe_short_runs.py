@@ -7,8 +7,8 @@ sealed's). Saves are counted in steps, so at 100/s a job runs half a second of s
 saves of 4-6 s. ``--per-class`` runs of each straggler class (drawn by the suite's own rules)
 and as many healthy runs (``--healthy``: another number), then flapping stragglers
 (``straggler_flap``: added later, and drawn last so that the runs before them stay as they were;
-``--classes`` keeps some of the classes drawn). Prints every run (latencies, whether each fault is required, how much
-slower it made the job, false suspects), then the totals.
+``--classes`` keeps some of the classes drawn). Prints every run (latencies, whether each fault
+is required, how much slower it made the job, false suspects), then the totals.
 
 python bench/probe_short_runs.py --seed 91 --per-class 8 --workers 2
 """

@@ -1008,11 +1008,11 @@ class JobDetector:
         # a root with another root on its node may be part of a slow node about to qualify: it
         # waits ``mild_hold_s`` before it is named on its own (a 1.5x node of tp4pp2dp4, whose
         # ranks turn roots a few at a time, was named as three of its ranks first)
-        # (node-mates that dropped out of the roots within ``root_gap_s`` count: at 10/s a slow
-        # node's ranks flicker in and out of the roots together, and one left a root alone for an
-        # analysis was named as a rank beside its node, ``bench/probe_classes.py`` seed 8181,
-        # tp8dp4 `cpu_noise~`)
-        root_nodes = Counter(int(topo.node_of[r]) for r in set(roots) | set(self._rank_held))
+        # (node-mates that dropped out of the roots within ``root_gap_s`` count: ``_rank_held`` holds
+        # every root and those. At 10/s a slow node's ranks flicker in and out of the roots
+        # together, and one left a root alone for an analysis was named as a rank beside its node,
+        # ``bench/probe_classes.py`` seed 8181, tp8dp4 `cpu_noise~`)
+        root_nodes = Counter(int(topo.node_of[r]) for r in self._rank_held)
         # ...and one named alone on the short hold must be late in four in five of its recent
         # buckets, not three (``Straggler.steady``): a straggler is late at every step, a rank with
         # a cluster of GC pauses at a few of them (tp8dp8 at 30/s: three pauses in five steps made
