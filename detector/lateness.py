@@ -675,12 +675,34 @@ class LatenessTracker:
         opens = mature & (cs == 0) & (ex_late >= 2 * thr) & steady & ~was_waiting
         opens &= self.noise_age[sl] >= cfg.noise_warm_s
         dt_eff[opens] = np.maximum(dt_eff[opens], (RECENT_BUCKETS + 1) // 2 * cfg.bucket_s)
-        grown = np.clip(cs + dt_eff * (np.minimum(z, 4 * cfg.noise_k) - k), 0.0, 3 * cfg.cusum_h)
+        cap = 3 * cfg.cusum_h
+        grown = np.clip(cs + dt_eff * (np.minimum(z, 4 * cfg.noise_k) - k), 0.0, cap)
         cs[:] = np.where(mature, grown, np.where(paused, cs, 0.0))
         kept = np.zeros(n, bool)
         if keep:
             kept = np.isin(topo.slot_rank, np.fromiter(keep, np.int64, len(keep)))
         on = (cs >= cfg.cusum_h) & (ex_late >= thr)
+        # ...and evidence at its cap (three times what makes a root: over half the threshold for
+        # many seconds), late in four of five buckets, is hot at three quarters of the threshold
+        # while no straggler is reported in the job: a 1.1x rank of tp8pp2dp2 that saves every 40
+        # steps swung between 0.8 and 1.1 of its threshold, out of the roots for seconds at a time,
+        # and its 4 s hold never ran out (tune-straggler_mild-002). Not beside a reported straggler,
+        # whose victims wait on it by about as much (a slow node's next stage was named a second
+        # node: tune-straggler_node-006). Nor for a rank with a node-mate as late (evidence open, at
+        # three quarters of its threshold or more): that is its node's lateness, for the node tests
+        # (a 1.2x node of tp8dp8, its ranks about their thresholds, was named as the one rank whose
+        # evidence had reached the cap: ``bench/probe_nodes.py`` seed 410)
+        if not keep:
+            sat = (cs >= cap) & (ex_late >= 0.75 * thr) & steady
+            if sat.any():
+                rank = topo.slot_rank[:n]
+                node_of = topo.node_of[: topo.world]  # -1: not known yet
+                alike = np.zeros(topo.world, bool)  # per rank
+                alike[rank[(cs > 0) & (ex_late >= 0.75 * thr)]] = True
+                per_node = np.bincount(node_of[alike & (node_of >= 0)], minlength=len(topo.node_names))
+                node = node_of[rank]
+                sat &= (node < 0) | (per_node[np.maximum(node, 0)] - alike[rank] == 0)
+            on |= sat
         stay = kept & (cs > 0) & (ex_late >= 0.5 * thr)
         hot = (mature & np.nan_to_num(on | stay, nan=False).astype(bool)) | prev_hot
         self.hot[sl] = hot
