@@ -687,11 +687,12 @@ class LatenessTracker:
         # while no straggler is reported in the job: a 1.1x rank of tp8pp2dp2 that saves every 40
         # steps swung between 0.8 and 1.1 of its threshold, out of the roots for seconds at a time,
         # and its 4 s hold never ran out (tune-straggler_mild-002). Not beside a reported straggler,
-        # whose victims wait on it by about as much (a slow node's next stage was named a second
-        # node: tune-straggler_node-006). Nor for a rank with a node-mate as late (evidence open, at
-        # three quarters of its threshold or more): that is its node's lateness, for the node tests
-        # (a 1.2x node of tp8dp8, its ranks about their thresholds, was named as the one rank whose
-        # evidence had reached the cap: ``bench/probe_nodes.py`` seed 410)
+        # whose victims wait on it by about as much (with neither gate, a slow node's next stage
+        # was named a second node: tune-straggler_node-006). Nor for a rank with a node-mate as
+        # late (evidence open, at three quarters of its threshold or more): that is its node's
+        # lateness, for the node tests (a 1.2x node of tp8dp8, its ranks about their thresholds,
+        # was named as the one rank whose evidence had reached the cap: ``bench/probe_nodes.py``
+        # seed 410)
         if not keep:
             sat = (cs >= cap) & (ex_late >= 0.75 * thr) & steady
             if sat.any():
