@@ -760,17 +760,20 @@ def test_what_a_slow_nic_does_to_others_lateness_names_no_straggler() -> None:
 
 
 def test_a_rank_slightly_slow_for_good_keeps_learning_its_fluctuation() -> None:
-    # rank 6 of dp16 1.05x slower from 20 s: 0.026 s a second late, over half its threshold and
-    # under it, so its evidence never closes. Its fluctuation samples are held back at most
-    # ``noise_hold_s`` at a time, then learned: never learned again, its threshold could not
-    # follow a noisier phase of a job that runs for hours
+    # rank 6 of dp16 1.04x slower from 20 s: over half its threshold and under three quarters of
+    # it, so its evidence never closes and it is not named. Its fluctuation samples are held back
+    # at most ``noise_hold_s`` at a time, then learned: never learned again, its threshold could not
+    # follow a noisier phase of a job that runs for hours. (At 1.05x, as this test had it until the
+    # thirty-seventh session, the rank is now named 18 s after its onset: its evidence at the cap
+    # makes it a root at three quarters of its threshold, and a named rank's held samples are
+    # dropped, 12 s in)
     lay = Layout(tp=1, pp=1, dp=16)
     sc = Scenario(
         name="slightly-slow",
         layout=lay,
         workload=Workload.for_rate(100.0, lay),
         profile=PROFILES["quiet"],
-        faults=(Fault("slow_compute", "rank", ranks=(6,), factor=1.05, onset=20.0),),
+        faults=(Fault("slow_compute", "rank", ranks=(6,), factor=1.04, onset=20.0),),
         duration=60.0,
         seed=1,
     )
