@@ -694,12 +694,13 @@ class LatenessTracker:
         # was named as the one rank whose evidence had reached the cap: ``bench/probe_nodes.py``
         # seed 410)
         if not keep:
-            sat = (cs >= cap) & (ex_late >= 0.75 * thr) & steady
+            near = ex_late >= 0.75 * thr
+            sat = (cs >= cap) & near & steady
             if sat.any():
                 rank = topo.slot_rank[:n]
                 node_of = topo.node_of[: topo.world]  # -1: not known yet
                 alike = np.zeros(topo.world, bool)  # per rank
-                alike[rank[(cs > 0) & (ex_late >= 0.75 * thr)]] = True
+                alike[rank[(cs > 0) & near]] = True
                 per_node = np.bincount(node_of[alike & (node_of >= 0)], minlength=len(topo.node_names))
                 node = node_of[rank]
                 sat &= (node < 0) | (per_node[np.maximum(node, 0)] - alike[rank] == 0)
