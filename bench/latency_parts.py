@@ -2,6 +2,9 @@
 
 python bench/latency_parts.py --splits tune heldout fresh unseen --workers 2
 
+``--set NAME=VALUE`` and ``--flush-s`` change a detector setting or the hooks' send period, as in
+``bench/eval_detector.py`` (the output then starts with a line naming them).
+
 For every straggler (noncomm_slow, a rank or a node) in the job slowed 1.2x or more (the issue's
 latency bar; ``--all``: every one), the seconds from the fault's onset until:
 - ``ev``: one of its slots first had more lateness than its threshold (``LatenessTracker.ex_late``
@@ -16,6 +19,8 @@ A rank already late at its onset (a second straggler that was already waiting on
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import math
 import statistics
 import sys
@@ -24,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from rankwatch.detector.evaluate import run_scenario
+from rankwatch.detector.config import DetectorConfig
+from rankwatch.detector.evaluate import config_with, run_scenario
 from rankwatch.detector.job import JobDetector
 from rankwatch.sim.evidence import expected_answers
 from rankwatch.sim.scenario import Scenario
@@ -41,7 +47,7 @@ def _fault_ranks(sc: Scenario, i: int) -> list[int]:
     return [n * per + k for n in f.nodes for k in range(per)]
 
 
-def one(sc: Scenario) -> list[dict[str, Any]]:
+def one(sc: Scenario, config: DetectorConfig | None = None) -> list[dict[str, Any]]:
     exp = expected_answers(sc)
     mine = [i for i, e in enumerate(exp) if e.kind == "noncomm_slow"]
     if not mine:
@@ -66,7 +72,7 @@ def one(sc: Scenario) -> list[dict[str, Any]]:
             if any(int(r) in det.roots for r in ranks[i]):
                 d.setdefault("root", t)
 
-    res = run_scenario(sc, watch=watch)
+    res = run_scenario(sc, config, watch=watch)
     return [
         {
             "name": sc.name,
@@ -90,12 +96,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--splits", nargs="+", default=["tune", "heldout", "fresh", "unseen"], choices=SPLITS)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--all", action="store_true", help="every straggler, not only those slowing the job 1.2x+")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE", help="a detector setting (DetectorConfig)"
+    )
+    ap.add_argument("--flush-s", type=float, default=None, help="the simulated hooks' send period (default: 1 s)")
     args = ap.parse_args(argv)
+    try:
+        config = config_with(args.set)
+    except ValueError as e:
+        ap.error(str(e))
+    if args.flush_s is not None and not args.flush_s > 0:
+        ap.error("--flush-s must be positive")
+    changed = list(args.set) + ([] if args.flush_s is None else [f"flush_s={args.flush_s:g}"])
+    if changed:
+        print("settings changed from the code's: " + ", ".join(changed))
     for split in args.splits:
         scs = [s for s in build_suite(split) if s.faults]
+        if args.flush_s is not None:
+            scs = [dataclasses.replace(s, flush_s=args.flush_s) for s in scs]
         rows: list[dict[str, Any]] = []
         with ProcessPoolExecutor(max(1, args.workers)) as ex:
-            for got in ex.map(one, scs, chunksize=2):
+            for got in ex.map(functools.partial(one, config=config), scs, chunksize=2):
                 rows.extend(r for r in got if args.all or (r["slowdown"] or 0.0) >= 1.2)
         print(f"split={split}: {len(rows)} stragglers")
         print(f"  {'scenario':<38} {'level':<5} {'x':>4} {'job':>5}   ev  hot root named  bar")

@@ -20,6 +20,7 @@ step ends before the first fault.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -39,10 +40,44 @@ from rankwatch.sim.ship import deliveries
 from rankwatch.sim.suite import build_suite
 from rankwatch.sim.truth import job_slowdown
 
-__all__ = ["EVAL_EVERY_S", "ScenarioResult", "SuiteReport", "evaluate_suite", "run_scenario"]
+__all__ = ["EVAL_EVERY_S", "ScenarioResult", "SuiteReport", "config_with", "evaluate_suite", "run_scenario"]
 
 EVAL_EVERY_S = 0.5
 """Seconds between ``evaluate`` calls: the collector's (``analysis_interval_s``' default)."""
+
+
+def config_with(overrides: Iterable[str], base: DetectorConfig | None = None) -> DetectorConfig:
+    """``base`` (default: ``DetectorConfig()``) with settings given as ``NAME=VALUE`` strings.
+
+    For trying a threshold on the suite without editing the code (``bench/eval_detector.py
+    --set``); each value is read as the type of the setting it replaces.
+
+    Raises:
+        ValueError: an item is not ``NAME=VALUE``, names no setting, or its value does not read
+            as that setting's type.
+    """
+    cfg = base if base is not None else DetectorConfig()
+    fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    changes: dict[str, Any] = {}
+    for item in overrides:
+        name, sep, text = item.partition("=")
+        name, text = name.strip(), text.strip()
+        if not sep or not name or not text:
+            raise ValueError(f"{item!r}: expected NAME=VALUE, e.g. hold_s=0.5")
+        if name not in fields:
+            raise ValueError(f"{name!r} is not a detector setting (one of: {', '.join(sorted(fields))})")
+        kind = type(fields[name])
+        try:
+            value = kind(text) if kind is not bool else {"true": True, "false": False}[text.lower()]
+            if kind is float and not math.isfinite(value):
+                raise ValueError(text)
+        except (KeyError, ValueError):
+            what = {int: "a whole number", float: "a number"}.get(kind, kind.__name__)
+            raise ValueError(f"{name}={text}: not {what}") from None
+        if value < 0:
+            raise ValueError(f"{name}={text}: must not be negative")
+        changes[name] = value
+    return dataclasses.replace(cfg, **changes)
 
 
 @dataclass(slots=True)
