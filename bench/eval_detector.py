@@ -16,7 +16,7 @@ import argparse
 import dataclasses
 import sys
 
-from rankwatch.detector.evaluate import EVAL_EVERY_S, ScenarioResult, config_with, evaluate_suite
+from rankwatch.detector.evaluate import EVAL_EVERY_S, ScenarioResult, evaluate_suite, trial_settings
 from rankwatch.sim.suite import SPLITS, build_suite
 
 
@@ -36,18 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flush-s", type=float, default=None, help="the simulated hooks' send period (default: 1 s)")
     args = ap.parse_args(argv)
     try:
-        config = config_with(args.set)
+        config, said = trial_settings(args.set, args.flush_s)
     except ValueError as e:
         ap.error(str(e))
-    if args.flush_s is not None and not args.flush_s > 0:
-        ap.error("--flush-s must be positive")
+    if said:
+        print(said)
     scenarios = None
-    changed = list(args.set)
     if args.flush_s is not None:
         scenarios = [dataclasses.replace(sc, flush_s=args.flush_s) for sc in build_suite(args.split)]
-        changed.append(f"flush_s={args.flush_s:g}")
-    if changed:
-        print("settings changed from the code's: " + ", ".join(changed))
 
     def progress(res: ScenarioResult) -> None:
         if args.verbose:

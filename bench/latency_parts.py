@@ -19,6 +19,7 @@ A rank already late at its onset (a second straggler that was already waiting on
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import math
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from rankwatch.detector.config import DetectorConfig
-from rankwatch.detector.evaluate import config_with, run_scenario
+from rankwatch.detector.evaluate import run_scenario, trial_settings
 from rankwatch.detector.job import JobDetector
 from rankwatch.sim.evidence import expected_answers
 from rankwatch.sim.scenario import Scenario
@@ -102,21 +103,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flush-s", type=float, default=None, help="the simulated hooks' send period (default: 1 s)")
     args = ap.parse_args(argv)
     try:
-        config = config_with(args.set)
+        config, said = trial_settings(args.set, args.flush_s)
     except ValueError as e:
         ap.error(str(e))
-    if args.flush_s is not None and not args.flush_s > 0:
-        ap.error("--flush-s must be positive")
-    changed = list(args.set) + ([] if args.flush_s is None else [f"flush_s={args.flush_s:g}"])
-    if changed:
-        print("settings changed from the code's: " + ", ".join(changed))
+    if said:
+        print(said)
     for split in args.splits:
         scs = [s for s in build_suite(split) if s.faults]
         if args.flush_s is not None:
             scs = [dataclasses.replace(s, flush_s=args.flush_s) for s in scs]
         rows: list[dict[str, Any]] = []
-        with ProcessPoolExecutor(max(1, args.workers)) as ex:
-            for got in ex.map(functools.partial(one, config=config), scs, chunksize=2):
+        run = functools.partial(one, config=config)
+        with ProcessPoolExecutor(args.workers) if args.workers > 1 else contextlib.nullcontext() as ex:
+            for got in ex.map(run, scs, chunksize=2) if ex is not None else map(run, scs):
                 rows.extend(r for r in got if args.all or (r["slowdown"] or 0.0) >= 1.2)
         print(f"split={split}: {len(rows)} stragglers")
         print(f"  {'scenario':<38} {'level':<5} {'x':>4} {'job':>5}   ev  hot root named  bar")

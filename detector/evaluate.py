@@ -40,7 +40,15 @@ from rankwatch.sim.ship import deliveries
 from rankwatch.sim.suite import build_suite
 from rankwatch.sim.truth import job_slowdown
 
-__all__ = ["EVAL_EVERY_S", "ScenarioResult", "SuiteReport", "config_with", "evaluate_suite", "run_scenario"]
+__all__ = [
+    "EVAL_EVERY_S",
+    "ScenarioResult",
+    "SuiteReport",
+    "config_with",
+    "evaluate_suite",
+    "run_scenario",
+    "trial_settings",
+]
 
 EVAL_EVERY_S = 0.5
 """Seconds between ``evaluate`` calls: the collector's (``analysis_interval_s``' default)."""
@@ -78,6 +86,22 @@ def config_with(overrides: Iterable[str], base: DetectorConfig | None = None) ->
             raise ValueError(f"{name}={text}: must not be negative")
         changes[name] = value
     return dataclasses.replace(cfg, **changes)
+
+
+def trial_settings(overrides: Iterable[str], flush_s: float | None = None) -> tuple[DetectorConfig, str]:
+    """The detector settings and send period the evaluation scripts were asked to try instead of the
+    code's (``--set``, ``--flush-s``), and the line their output starts with to say so ("" when
+    nothing was changed).
+
+    Raises:
+        ValueError: a bad setting (``config_with``), or a send period that is not positive.
+    """
+    overrides = list(overrides)
+    config = config_with(overrides)
+    if flush_s is not None and not (math.isfinite(flush_s) and flush_s > 0):
+        raise ValueError(f"--flush-s {flush_s:g}: must be a positive number of seconds")
+    changed = overrides + ([] if flush_s is None else [f"flush_s={flush_s:g}"])
+    return config, ("settings changed from the code's: " + ", ".join(changed)) if changed else ""
 
 
 @dataclass(slots=True)
