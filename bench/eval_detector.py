@@ -13,10 +13,9 @@ python bench/eval_detector.py --split heldout --workers 2 --set hold_s=0.5 --flu
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
-from rankwatch.detector.evaluate import EVAL_EVERY_S, ScenarioResult, evaluate_suite, trial_settings
+from rankwatch.detector.evaluate import EVAL_EVERY_S, ScenarioResult, evaluate_suite, trial_settings, with_send_period
 from rankwatch.sim.suite import SPLITS, build_suite
 
 
@@ -41,9 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(e))
     if said:
         print(said)
-    scenarios = None
-    if args.flush_s is not None:
-        scenarios = [dataclasses.replace(sc, flush_s=args.flush_s) for sc in build_suite(args.split)]
+    scenarios = with_send_period(build_suite(args.split), args.flush_s)
 
     def progress(res: ScenarioResult) -> None:
         if args.verbose:

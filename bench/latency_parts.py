@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import functools
 import math
 import statistics
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from rankwatch.detector.config import DetectorConfig
-from rankwatch.detector.evaluate import run_scenario, trial_settings
+from rankwatch.detector.evaluate import run_scenario, trial_settings, with_send_period
 from rankwatch.detector.job import JobDetector
 from rankwatch.sim.evidence import expected_answers
 from rankwatch.sim.scenario import Scenario
@@ -109,9 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     if said:
         print(said)
     for split in args.splits:
-        scs = [s for s in build_suite(split) if s.faults]
-        if args.flush_s is not None:
-            scs = [dataclasses.replace(s, flush_s=args.flush_s) for s in scs]
+        scs = with_send_period((s for s in build_suite(split) if s.faults), args.flush_s)
         rows: list[dict[str, Any]] = []
         run = functools.partial(one, config=config)
         with ProcessPoolExecutor(args.workers) if args.workers > 1 else contextlib.nullcontext() as ex:

@@ -48,6 +48,7 @@ __all__ = [
     "evaluate_suite",
     "run_scenario",
     "trial_settings",
+    "with_send_period",
 ]
 
 EVAL_EVERY_S = 0.5
@@ -74,14 +75,13 @@ def config_with(overrides: Iterable[str], base: DetectorConfig | None = None) ->
             raise ValueError(f"{item!r}: expected NAME=VALUE, e.g. hold_s=0.5")
         if name not in fields:
             raise ValueError(f"{name!r} is not a detector setting (one of: {', '.join(sorted(fields))})")
-        kind = type(fields[name])
+        kind = type(fields[name])  # every setting is an int or a float
         try:
-            value = kind(text) if kind is not bool else {"true": True, "false": False}[text.lower()]
-            if kind is float and not math.isfinite(value):
+            value = kind(text)
+            if not math.isfinite(value):
                 raise ValueError(text)
-        except (KeyError, ValueError):
-            what = {int: "a whole number", float: "a number"}.get(kind, kind.__name__)
-            raise ValueError(f"{name}={text}: not {what}") from None
+        except ValueError:
+            raise ValueError(f"{name}={text}: not {'a whole number' if kind is int else 'a number'}") from None
         if value < 0:
             raise ValueError(f"{name}={text}: must not be negative")
         changes[name] = value
@@ -102,6 +102,11 @@ def trial_settings(overrides: Iterable[str], flush_s: float | None = None) -> tu
         raise ValueError(f"--flush-s {flush_s:g}: must be a positive number of seconds")
     changed = overrides + ([] if flush_s is None else [f"flush_s={flush_s:g}"])
     return config, ("settings changed from the code's: " + ", ".join(changed)) if changed else ""
+
+
+def with_send_period(scenarios: Iterable[Scenario], flush_s: float | None) -> list[Scenario]:
+    """The scenarios, their simulated hooks sending every ``flush_s`` seconds (None: as they are)."""
+    return [sc if flush_s is None else dataclasses.replace(sc, flush_s=flush_s) for sc in scenarios]
 
 
 @dataclass(slots=True)
