@@ -183,6 +183,7 @@ class JobDetector:
         self._rank_held: dict[int, float] = {}  # ...and since when, counting brief drops out (the mild hold)
         self._rank_out: dict[int, float] = {}  # since when a root in ``_rank_held`` has dropped out
         self._hot_out: dict[int, float] = {}  # ...and one in ``_rank_hot`` (bridged one analysis)
+        self._carried: set[int] = set()  # roots in ``_rank_held`` kept between bursts (``Straggler.between``)
         # per node: the analyses at which ``node_share`` of its ranks were roots at once (the newest
         # within ``mild_hold_s``)
         self._node_together: dict[int, list[float]] = {}
@@ -514,6 +515,7 @@ class JobDetector:
         self._rank_held.clear()
         self._rank_out.clear()
         self._hot_out.clear()
+        self._carried.clear()
         self._node_together.clear()
         self._confirmed_at.clear()
         self._ch_slow.clear()
@@ -892,9 +894,21 @@ class JobDetector:
             self._rank_held.setdefault(r, now)
             if r in stalled:
                 # its groups paused, the job stopped or the rank is leaving: the time does not count
-                # towards its hold
+                # towards its hold. A group between its bursts has not paused: the time counts
+                # towards the mild hold, which its rank held at the bursts on both sides of it (a
+                # straggler of 0.9 s steps is judged at one analysis in four), and it confirms only
+                # when judged afresh. Only the mild hold, ever, for such a rank of a pipeline: its
+                # sends are between bursts too, not judged, and the victim tests lack whom it waited
+                # on there (tune-straggler-008, tp8pp2dp2 at 10/s: a 1.5x straggler's pipeline
+                # neighbour, late at its data-parallel reduce, was named by the short hold). Not
+                # one of a job without (a flapping 1.5x rank of tp8dp8, 1 s steps, 3.0 -> 5.5 s)
                 self._rank_hot[r] = min(now, self._rank_hot[r] + dt)
-                self._rank_held[r] = min(now, self._rank_held[r] + dt)
+                if roots[r].between and not quiet and not gone[r]:
+                    if self._sends(r):
+                        self._carried.add(r)
+                else:
+                    self._rank_held[r] = min(now, self._rank_held[r] + dt)
+        self._carried &= self._rank_held.keys()
         if not roots:
             return
         mild_w = cfg.mild_share
@@ -926,7 +940,11 @@ class JobDetector:
             for r in roots
             if (
                 roots[r].held
-                or (strong[r] and now - self._rank_hot[r] >= (cfg.fast_hold_s if fast[r] else cfg.hold_s))
+                or (
+                    strong[r]
+                    and r not in self._carried
+                    and now - self._rank_hot[r] >= (cfg.fast_hold_s if fast[r] else cfg.hold_s)
+                )
                 or now - self._rank_held[r] >= cfg.mild_hold_s
             )
             and (r not in stalled or r in reported)  # a pause confirms nothing new
@@ -945,6 +963,7 @@ class JobDetector:
             and learned[r] >= 0.5 * cfg.noise_warm_s
             and now - self._rank_hot[r] >= cfg.fast_hold_s
             and r not in stalled
+            and r not in self._carried
         }
         for r in confirmed:
             self._confirmed_at[r] = now
@@ -1121,6 +1140,12 @@ class JobDetector:
                 del since[r], out[r]
             else:
                 since[r] = min(now, since[r] + dt)
+
+    def _sends(self, r: int) -> bool:
+        """Whether rank ``r`` has point-to-point groups (a pipeline's sends and receives)."""
+        topo = self.topo
+        ptr, slots_of = topo.rank_slots()
+        return bool((topo.ch_parent[topo.slot_ch[slots_of[ptr[r] : ptr[r + 1]]]] >= 0).any())
 
     def _spans_groups(self, ranks: list[int], in_node: np.ndarray) -> bool:
         """Whether ranks of one node are not all members of one group ``in_node`` (per channel)."""
