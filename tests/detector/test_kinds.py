@@ -544,8 +544,8 @@ def test_a_stragglers_pipeline_neighbour_kept_between_bursts_is_not_named(run) -
     # tune-straggler-008 rebuilt (tp8pp2dp2, CPU noise, 10/s: steps of 0.8 s): rank 15 waits on its
     # pipeline neighbour, whose stage holds the 1.5x rank 25, and arrives late at its data-parallel
     # reduce; its pipeline's sends are between bursts too, not judged, so the victim tests lack
-    # whom it waited on. Its lateness kept between bursts, it was named by the short hold 15 s
-    # after the straggler; such a rank holds only the mild hold
+    # whom it waited on. Its lateness kept between bursts, it was named at 42 s by the short hold;
+    # such a rank holds only the mild hold
     res = run(
         Layout(tp=8, pp=2, dp=2),
         Fault("slow_compute", "rank", ranks=(25,), factor=1.5, onset=26.814),
