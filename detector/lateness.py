@@ -58,7 +58,7 @@ class Straggler:
     onset: float = float("nan")
     held: bool = False  # it has already held its own test's hold (a slow pipeline stage)
     paused: bool = False  # its groups have paused since it was found: no fresh evidence either way
-    between: bool = False  # ...or, running, its group is between bursts (``Lateness.between``)
+    between: bool = False  # ...or, running, its group is between bursts (``LatenessTracker.between``)
     steady: bool = False  # late in four in five recent buckets of a group it is late in, not just three
 
 
@@ -134,7 +134,7 @@ class LatenessTracker:
         self.ex_dur = np.zeros(0)
         self.paused = np.zeros(0, bool)  # per slot: its group has paused since it was last judged
         self.between = np.zeros(0, bool)  # per slot: ...or runs, but is a bucket short of its median
-        self.nb_judged = np.zeros(0, np.int64)  # per slot: its buckets with ops when last judged
+        self.nb_judged = np.zeros(0, np.int64)  # per slot: its buckets with ops when last judged (-1: side by side)
         self.waiting = np.zeros(0, bool)  # per slot: old enough to judge, but too few recent buckets
         self.sparse_rate = np.zeros(0)  # per slot judged over bursts a second or more apart: their op rate
         self.gap = np.zeros(0, bool)  # per slot: its group went quiet since the slot was last judged
@@ -642,19 +642,19 @@ class LatenessTracker:
         # named; tune-two_stragglers-007's second (tp8pp4dp4) neither. Its rank's hold counts only
         # the mild one then (``between``). Not a group that had more when judged: one rank's GC
         # pause thinned a data-parallel group of tp8dp8 from six bursts to four, and its lateness,
-        # kept, named the rank (``bench/probe_healthy.py --wide``, seed 5051). Nor a slot that was
-        # not late in four of its five buckets then (``steady``): kept open, the evidence of
-        # healthy members froze their ranks' baselines (``busy``) and moved the victim tests (a
-        # second straggler of tp2pp2dp8 at 0.8 s steps named 18 s later, tune-two_stragglers-004)
+        # kept, named the rank (``bench/probe_healthy.py --wide``, seed 5051); nor one whose buckets
+        # lay side by side then (``dense``: a data-parallel group of 3 s steps fills two buckets a
+        # burst; a healthy member kept moved the victim tests and a 1.3x rank was excused,
+        # ``bench/probe_steps.py`` seed 364). Nor a slot that was not late in four of its five
+        # buckets then (``steady``): kept open, the evidence of healthy members froze their ranks'
+        # baselines (``busy``) and moved the victim tests (a second straggler of tp2pp2dp8 at 0.8 s
+        # steps named 18 s later, tune-two_stragglers-004)
         judged_nb = self.nb_judged[:n]
         between = grown_up & ~has & (nb == RECENT_BUCKETS - 1) & (judged_nb == RECENT_BUCKETS)
         between &= collective & running & (now - judged <= cfg.stale_s)
         was_steady = np.zeros(n, bool)
         was_steady[: min(n, self.steady.shape[0])] = self.steady[:n]
         between &= was_steady
-        # (and one that ran its ops side by side then, ``dense``: a data-parallel group of 3 s steps
-        # whose burst fills two buckets, a healthy member's evidence kept, moved the victim tests
-        # and a 1.3x rank was excused, ``bench/probe_steps.py`` seed 364)
         judged_nb[mature] = np.where(self.dense[:n][mature] == 0, nb[mature], -1)
         paused |= between
         imposed = ex_late * lag_k[topo.slot_ch]
