@@ -6,6 +6,7 @@ process runs in a temporary directory so the repository's ``rankwatch/`` folder 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
@@ -14,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx
@@ -21,6 +23,16 @@ import httpx
 TESTS = Path(__file__).parent
 SCRIPTS = TESTS / "hooks" / "scripts"
 BIN = Path(sys.executable).parent
+BENCH = TESTS.parent / "bench"
+
+
+def load_bench(name: str) -> ModuleType:
+    """A script of ``bench/`` (not a package) as a module, for the tests of its functions."""
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def free_port() -> int:

@@ -5,18 +5,15 @@ code (``config_with``, ``trial_settings`` and the ``--set`` / ``--flush-s`` opti
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from support import load_bench
 
 from rankwatch.detector.config import DetectorConfig
 from rankwatch.detector.evaluate import EVAL_EVERY_S, config_with, run_scenario, trial_settings
 from rankwatch.detector.job import JobDetector
 from rankwatch.sim import PROFILES, Fault, Layout, Scenario, Workload
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def _straggler(seed: int = 3) -> Scenario:
@@ -33,11 +30,7 @@ def _straggler(seed: int = 3) -> Scenario:
 
 
 def _bench(name: str = "latency_parts") -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench(name)
 
 
 def test_watch_sees_every_analysis_and_the_straggler_among_the_roots_before_it_is_named() -> None:

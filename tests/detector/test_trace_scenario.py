@@ -3,25 +3,18 @@ evaluation's ``watch`` hook."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import re
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from support import load_bench
 
 from rankwatch.detector.evaluate import EVAL_EVERY_S, run_scenario
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
 
 def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("trace_scenario", BENCH / "trace_scenario.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("trace_scenario")
 
 
 def test_a_stragglers_trace_shows_it_a_root_and_hot_before_the_latency_the_evaluation_gives() -> None:
