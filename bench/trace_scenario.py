@@ -83,16 +83,9 @@ def _stages(det: JobDetector) -> list[str]:
     n_nodes = len(topo.node_names)
     if late.stage_z.shape[0] < n_nodes or late.d_in.shape[0] < topo.world:
         return ["  stages: no pipeline-stage test yet"]
-    n = min(topo.n_slots, late.ex_late.shape[0])
-    node_of = topo.node_of[: topo.world]
-    slot_node = node_of[topo.slot_rank[:n]]
-    p2p = (topo.ch_parent[topo.slot_ch[:n]] >= 0) & topo.ch_cross_node()[topo.slot_ch[:n]] & (slot_node >= 0)
-    sl = np.flatnonzero(p2p)
+    sl, _, per = late.late_at_stages(topo)  # the test's own reading
     if not sl.shape[0]:
         return ["  stages: no cross-node point-to-point channel"]
-    # the test's own reading (LatenessTracker._slow_stages), before its holds
-    z_late = np.clip(np.nan_to_num(late.ex_late[sl] / np.maximum(late.thr[sl], 1e-12), nan=0.0), -2.0, 4.0)
-    per = np.bincount(slot_node[sl], z_late, n_nodes) / np.maximum(np.bincount(slot_node[sl], minlength=n_nodes), 1)
     sd = np.sqrt(late.stage_var[:n_nodes])
     k = cfg.stage_noise_k
     out = []

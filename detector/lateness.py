@@ -939,8 +939,8 @@ class LatenessTracker:
         usual, age = self.stage_late[:n_nodes], self.stage_age[:n_nodes]
         node_of = topo.node_of[: topo.world]
         slot_node = node_of[topo.slot_rank[:n]]  # per slot: its rank's node (-1: not known yet)
-        p2p = (topo.ch_parent[topo.slot_ch[:n]] >= 0) & topo.ch_cross_node()[topo.slot_ch[:n]] & (slot_node >= 0)
-        if n_nodes < 2 or not p2p.any() or self.d_in.shape[0] < topo.world:
+        sl, n_p2p, late = self.late_at_stages(topo)
+        if n_nodes < 2 or not sl.shape[0] or self.d_in.shape[0] < topo.world:
             run[:] = 0.0
             return
         d_in = self.d_in[: topo.world]
@@ -960,11 +960,7 @@ class LatenessTracker:
             others = np.full(n_nodes, np.nanmedian(mean_in) if np.isfinite(mean_in).any() else np.nan)
         z_in = np.nan_to_num(mean_in - others, nan=0.0)
         zs[:] = np.where(np.isnan(zs), z_in, zs + min(1.0, dt / cfg.stage_tau_s) * (z_in - np.nan_to_num(zs)))
-        sl = np.flatnonzero(p2p)
-        z_late = np.clip(np.nan_to_num(self.ex_late[sl] / np.maximum(self.thr[sl], 1e-12), nan=0.0), -2.0, 4.0)
         p2p_node = slot_node[sl]
-        n_p2p = np.bincount(p2p_node, minlength=n_nodes)
-        late = np.bincount(p2p_node, z_late, n_nodes) / np.maximum(n_p2p, 1)
         found = np.zeros(n_nodes, bool)
         if out:
             on = node_of[np.fromiter(out, np.int64, len(out))]
@@ -1027,6 +1023,19 @@ class LatenessTracker:
                 )
                 st.slots.extend(slots[ex > 0].tolist() or [int(slots[best])])
                 out.setdefault(int(r), st)
+
+    def late_at_stages(self, topo: Topology) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The slow-stage test's late sign as it reads now: the slots at point-to-point channels to
+        other nodes, their count per node, and per node their mean lateness over the threshold (a
+        slot not judged counts 0; clipped to -2..4)."""
+        n = topo.n_slots
+        slot_node = topo.node_of[: topo.world][topo.slot_rank[:n]]
+        p2p = (topo.ch_parent[topo.slot_ch[:n]] >= 0) & topo.ch_cross_node()[topo.slot_ch[:n]] & (slot_node >= 0)
+        sl = np.flatnonzero(p2p)
+        z_late = np.clip(np.nan_to_num(self.ex_late[sl] / np.maximum(self.thr[sl], 1e-12), nan=0.0), -2.0, 4.0)
+        n_nodes = len(topo.node_names)
+        n_p2p = np.bincount(slot_node[sl], minlength=n_nodes)
+        return sl, n_p2p, np.bincount(slot_node[sl], z_late, n_nodes) / np.maximum(n_p2p, 1)
 
     def _lean_nodes(
         self,
