@@ -14,6 +14,8 @@ python bench/probe_healthy.py --workers 2
 python bench/probe_healthy.py --workers 2 --first-seed 1001 --hangs 0   (another 100 healthy jobs)
 python bench/probe_healthy.py --workers 2 --hangs 0 --wide   (the twelve ranges of 100 the thirtieth
     and thirty-first sessions ran: 1,200 healthy jobs, 20 job-hours, about 13 minutes)
+python bench/probe_healthy.py --workers 2 --hangs 0 --healthy 40 --layouts tp2pp4dp4 --profiles quiet
+    (other layouts and profiles, the defaults changed: a four-stage pipeline without jitter)
 """
 
 from __future__ import annotations
@@ -45,11 +47,17 @@ Run = tuple[str, str, str, int]
 WIDE_SEEDS = (301, 1001, 2001, 3001, 4001, 5001, 6001, 7001, 8001, 9001, 10001, 20001)
 
 
-def _runs(healthy: int, hangs: int, first_seed: int = 301) -> list[Run]:
+def _runs(
+    healthy: int,
+    hangs: int,
+    first_seed: int = 301,
+    layouts: tuple[str, ...] = tuple(LAYOUTS),
+    profiles: tuple[str, ...] = PROFILE_NAMES,
+) -> list[Run]:
     out: list[Run] = []
     seed = first_seed - 1
-    for lay in LAYOUTS:
-        for prof in PROFILE_NAMES:
+    for lay in layouts:
+        for prof in profiles:
             for what in ("healthy",) * healthy + ("hang",) * hangs:
                 seed += 1
                 out.append((lay, prof, what, seed))
@@ -83,9 +91,15 @@ def main(argv: list[str] | None = None) -> int:
         "--first-seed", type=int, default=301, help="seed of the first run, the rest counting up (another sample)"
     )
     seeds.add_argument("--wide", action="store_true", help=f"every range of WIDE_SEEDS in turn: {WIDE_SEEDS}")
+    ap.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=list(LAYOUTS), help="these layouts only")
+    ap.add_argument(
+        "--profiles", nargs="+", choices=sorted(PROFS), default=list(PROFILE_NAMES), help="these jitter profiles"
+    )
     args = ap.parse_args(argv)
     runs = [
-        r for first in (WIDE_SEEDS if args.wide else (args.first_seed,)) for r in _runs(args.healthy, args.hangs, first)
+        r
+        for first in (WIDE_SEEDS if args.wide else (args.first_seed,))
+        for r in _runs(args.healthy, args.hangs, first, tuple(args.layouts), tuple(args.profiles))
     ]
     # per (layout, profile): healthy runs and their false suspects; hangs named; false beside hangs
     healthy: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
