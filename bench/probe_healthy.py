@@ -15,7 +15,7 @@ python bench/probe_healthy.py --workers 2 --first-seed 1001 --hangs 0   (another
 python bench/probe_healthy.py --workers 2 --hangs 0 --wide   (the twelve ranges of 100 the thirtieth
     and thirty-first sessions ran: 1,200 healthy jobs, 20 job-hours, about 13 minutes)
 python bench/probe_healthy.py --workers 2 --hangs 0 --healthy 40 --layouts tp2pp4dp4 --profiles quiet
-    (other layouts and profiles, the defaults changed: a four-stage pipeline without jitter)
+    (chosen layouts and jitter profiles: here a four-stage pipeline without jitter)
 """
 
 from __future__ import annotations
