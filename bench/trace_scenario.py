@@ -79,21 +79,18 @@ def _rank(det: JobDetector, rank: int) -> list[str]:
 
 
 def _stages(det: JobDetector) -> list[str]:
-    late, topo, cfg = det.late, det.topo, det.cfg
+    late, topo = det.late, det.topo
     n_nodes = len(topo.node_names)
-    if late.stage_z.shape[0] < n_nodes or late.d_in.shape[0] < topo.world:
+    if late.stage_line.shape[0] < n_nodes or late.d_in.shape[0] < topo.world:
         return ["  stages: no pipeline-stage test yet"]
     sl, _, per = late.late_at_stages(topo)  # the test's own reading
     if not sl.shape[0]:
         return ["  stages: no cross-node point-to-point channel"]
-    sd = np.sqrt(late.stage_var[:n_nodes])
-    k = cfg.stage_noise_k
     out = []
     for i, name in enumerate(topo.node_names):
-        line_in = -max(cfg.stage_in_drop, k * float(sd[i, 0]))
-        line_late = max(cfg.stage_late_z, k * float(sd[i, 1]))
+        line_in, line_late = late.stage_line[i]
         out.append(
-            f"  {name}: share {late.stage_z[i]:+.3f} (line {line_in:+.3f})  late {per[i] - late.stage_late[i]:+.2f} "
+            f"  {name}: share {late.stage_z[i]:+.3f} (line {-line_in:+.3f})  late {per[i] - late.stage_late[i]:+.2f} "
             f"(line {line_late:.2f})  held {late.stage_run[i]:.1f} s"
         )
     return out

@@ -155,6 +155,7 @@ class LatenessTracker:
         self.stage_age = np.zeros(0)
         self.stage_lean = np.zeros(0)  # per node: seconds its signs have leaned towards a slow stage without learning
         self.stage_var = np.zeros((0, 2))  # per node: usual spread of the two (share drop, lateness)
+        self.stage_line = np.zeros((0, 2))  # per node: the two lines at the last analysis (for reading)
 
     def reset(self) -> None:
         self.__init__(self.cfg)  # type: ignore[misc]
@@ -975,9 +976,13 @@ class LatenessTracker:
         sd = np.sqrt(var)
         k = np.where(held, 0.5, 1.0) * cfg.stage_noise_k
         floor = np.where(held, 0.5, 1.0)
+        # the lines each sign must pass (half the floors and the noise test for a node reported)
+        line = self.stage_line = np.stack(
+            (np.fmax(floor * cfg.stage_in_drop, k * sd[:, 0]), np.fmax(floor * cfg.stage_late_z, k * sd[:, 1])), axis=1
+        )
         cond = (n_p2p > 0) & ~found & (age >= cfg.baseline_warm_s)
-        cond &= zs < -np.fmax(floor * cfg.stage_in_drop, k * sd[:, 0])
-        cond &= d_late > np.fmax(floor * cfg.stage_late_z, k * sd[:, 1])
+        cond &= zs < -line[:, 0]
+        cond &= d_late > line[:, 1]
         # nothing is learned while either sign leans towards a slow stage (past half its line):
         # learned, a slow stage's lateness became its usual in the seconds before its share's
         # drop had crossed (and the hold started over at every break)

@@ -5,8 +5,6 @@ code (``config_with``, ``trial_settings`` and the ``--set`` / ``--flush-s`` opti
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import pytest
 from support import load_bench
 
@@ -29,10 +27,6 @@ def _straggler(seed: int = 3) -> Scenario:
     )
 
 
-def _bench(name: str = "latency_parts") -> ModuleType:
-    return load_bench(name)
-
-
 def test_watch_sees_every_analysis_and_the_straggler_among_the_roots_before_it_is_named() -> None:
     sc = _straggler()
     seen: list[tuple[float, set[int]]] = []
@@ -50,7 +44,7 @@ def test_watch_sees_every_analysis_and_the_straggler_among_the_roots_before_it_i
 
 
 def test_latency_parts_orders_a_stragglers_stages() -> None:
-    (row,) = _bench().one(_straggler())
+    (row,) = load_bench("latency_parts").one(_straggler())
     assert row["level"] == "rank" and row["named"] is not None
     # the evidence comes first, then enough of it, then the rank is a root, then it is named
     assert 0.0 < row["ev"] <= row["hot"] <= row["root"] <= row["named"] < 5.0
@@ -100,7 +94,7 @@ def test_a_setting_reaches_the_detector() -> None:
 
 
 def test_latency_parts_takes_the_settings(capsys: pytest.CaptureFixture[str]) -> None:
-    mod = _bench("latency_parts")
+    mod = load_bench("latency_parts")
     (row,) = mod.one(_straggler(), config_with(["cusum_h=1000"]))
     assert row["named"] is None and "hot" not in row
     with pytest.raises(SystemExit):
@@ -109,7 +103,7 @@ def test_latency_parts_takes_the_settings(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_eval_detector_says_what_it_changed_and_uses_it(capsys: pytest.CaptureFixture[str]) -> None:
-    mod = _bench("eval_detector")
+    mod = load_bench("eval_detector")
     args = ["--split", "smoke", "--only", "smoke-straggler-000"]
     assert mod.main(args) == 0
     plain = capsys.readouterr().out
@@ -128,7 +122,7 @@ def test_eval_detector_says_what_it_changed_and_uses_it(capsys: pytest.CaptureFi
 
 
 def test_eval_detector_sends_every_scenario_at_the_period_given(monkeypatch: pytest.MonkeyPatch) -> None:
-    mod = _bench("eval_detector")
+    mod = load_bench("eval_detector")
     seen: dict[str, object] = {}
     real = mod.evaluate_suite
 
@@ -146,7 +140,7 @@ def test_eval_detector_sends_every_scenario_at_the_period_given(monkeypatch: pyt
 def test_latency_parts_runs_every_straggler_with_the_settings_given(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    mod = _bench()
+    mod = load_bench("latency_parts")
     monkeypatch.setattr(mod, "build_suite", lambda split: [_straggler()])
     assert mod.main(["--splits", "smoke", "--all"]) == 0
     plain = capsys.readouterr().out.splitlines()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import re
-from types import ModuleType
 
 import pytest
 from support import load_bench
@@ -13,12 +12,8 @@ from support import load_bench
 from rankwatch.detector.evaluate import EVAL_EVERY_S, run_scenario
 
 
-def _tool() -> ModuleType:
-    return load_bench("trace_scenario")
-
-
 def test_a_stragglers_trace_shows_it_a_root_and_hot_before_the_latency_the_evaluation_gives() -> None:
-    tool = _tool()
+    tool = load_bench("trace_scenario")
     sc = tool.find("smoke-straggler-000")  # tp8pp2dp2, rank 29 1.x slower from its onset
     (fault,) = sc.faults
     (rank,) = fault.ranks
@@ -44,7 +39,7 @@ def test_a_stragglers_trace_shows_it_a_root_and_hot_before_the_latency_the_evalu
 
 
 def test_a_setting_tried_is_said_first() -> None:
-    tool = _tool()
+    tool = load_bench("trace_scenario")
     out = io.StringIO()
     tool.trace(tool.find("smoke-crash-000"), 1e9, 1e9, roots=True, config_overrides=["hold_s=0.5"], out=out)
     assert out.getvalue().splitlines()[0] == "settings changed from the code's: hold_s=0.5"
@@ -60,4 +55,4 @@ def test_a_setting_tried_is_said_first() -> None:
 )
 def test_a_scenario_that_is_not_there_or_is_sealed_is_refused(name: str, says: str) -> None:
     with pytest.raises(ValueError, match=re.escape(says)):
-        _tool().find(name)
+        load_bench("trace_scenario").find(name)
