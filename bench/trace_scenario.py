@@ -18,8 +18,9 @@ Views, any together, one block per analysis between ``--from`` and ``--to`` (ser
   group-mates;
 - ``--stages``: per node, by name (the detector numbers nodes in the order their ranks first
   reported), the pipeline-stage test's two signs against their lines (its share of time inside
-  ops against the other nodes', its lateness at its cross-node sends and receives against its
-  usual, in units of their thresholds) and the seconds they have held (named at ``stage_hold_s``).
+  ops against the other nodes' and against its pipeline neighbours', its lateness at its
+  cross-node sends and receives against its usual, in units of their thresholds) and the
+  seconds they have held (named at ``stage_hold_s``).
 It ends with the scenario's result: each fault's latency and the false suspects. ``--set`` and
 ``--flush-s`` change a detector setting or the hooks' send period, as in ``bench/eval_detector.py``.
 """
@@ -81,7 +82,7 @@ def _rank(det: JobDetector, rank: int) -> list[str]:
 def _stages(det: JobDetector) -> list[str]:
     late, topo = det.late, det.topo
     n_nodes = len(topo.node_names)
-    if late.stage_line.shape[0] < n_nodes or late.d_in.shape[0] < topo.world:
+    if late.stage_line.shape[0] < n_nodes or late.stage_in.shape[0] < topo.world:
         return ["  stages: no pipeline-stage test yet"]
     sl, _, per = late.late_at_stages(topo)  # the test's own reading
     if not sl.shape[0]:
@@ -90,7 +91,8 @@ def _stages(det: JobDetector) -> list[str]:
     for i, name in enumerate(topo.node_names):
         line_in, line_late = late.stage_line[i]
         out.append(
-            f"  {name}: share {late.stage_z[i]:+.3f} (line {-line_in:+.3f})  late {per[i] - late.stage_late[i]:+.2f} "
+            f"  {name}: share {late.stage_z[i]:+.3f}, against its neighbours {late.stage_zn[i]:+.3f} "
+            f"(line {-line_in:+.3f})  late {per[i] - late.stage_late[i]:+.2f} "
             f"(line {line_late:.2f})  held {late.stage_run[i]:.1f} s"
         )
     return out

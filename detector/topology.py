@@ -277,14 +277,17 @@ class Topology:
         """Per channel: a collective group of every rank of the job (the default group, its copies)."""
         return (self.ch_size == self.world) & (self.ch_parent < 0)
 
+    def ch_nodes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per channel: the lowest and the highest node its members sit on (-1: one not known yet)."""
+        n = self.slot_rank.shape[0]
+        if not n or not self.n_channels:
+            return np.zeros(self.n_channels, np.int64), np.zeros(self.n_channels, np.int64)
+        node = self.node_of[self.slot_rank]
+        return np.minimum.reduceat(node, self.ch_off), np.maximum.reduceat(node, self.ch_off)
+
     def ch_cross_node(self) -> np.ndarray:
         """Per channel: whether its members sit on more than one node."""
-        n = self.slot_rank.shape[0]
-        if not n:
-            return np.zeros(self.n_channels, bool)
-        node = self.node_of[self.slot_rank]
-        lo = np.minimum.reduceat(node, self.ch_off) if self.n_channels else node[:0]
-        hi = np.maximum.reduceat(node, self.ch_off) if self.n_channels else node[:0]
+        lo, hi = self.ch_nodes()
         return lo != hi
 
     def set_block(self, ch: np.ndarray, block: np.ndarray) -> None:

@@ -969,6 +969,23 @@ def test_a_stage_held_up_by_a_straggler_s_pipeline_neighbour_is_not_named(run) -
     assert res.latency[0] is not None
 
 
+def test_a_straggler_s_node_is_not_named_a_slow_stage_beside_it(run) -> None:  # type: ignore[no-untyped-def]
+    # tp2pp4dp4 at 200/s with CPU noise: rank 21, on node 2 (the third stage), is 1.5x slow and
+    # named; its own share of time inside ops drops, its node's mean with it, and its sends are
+    # late, so the slow-stage test named node 2 at 39 s as well. A node some of whose ranks are
+    # reported, not all, is left to them
+    res = run(
+        TP2PP4DP4,
+        Fault("slow_compute", "rank", ranks=(21,), factor=1.5, onset=15.0),
+        rate=200.0,
+        profile="cpu_noise",
+        duration=40.0,
+        seed=3,
+    )
+    assert [r.key for r in res.false_suspects] == []
+    assert res.latency[0] is not None
+
+
 def test_a_slow_node_of_a_data_parallel_job_late_below_every_rank_s_threshold_is_the_node(run) -> None:  # type: ignore[no-untyped-def]
     # dp24 at 100/s with unseen's every-kind jitter (a probe of our own seeds, 6405): node 1 turns
     # 1.2x slow. Its eight ranks are late at every reduce by 0.45-0.75 of their thresholds, the
