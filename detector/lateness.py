@@ -1272,13 +1272,18 @@ class LatenessTracker:
         return np.bincount(topo.slot_rank, x, topo.world)[topo.slot_rank] - x
 
     def _ring_wsum(self, arr: np.ndarray, n: int, w: np.ndarray) -> np.ndarray:
-        """Per slot: one bucket ring over its newest ``len(w)`` buckets, weighted by ``w`` (oldest first)."""
+        """Per slot: one bucket ring over its newest ``len(w)`` buckets, weighted by ``w`` (oldest first).
+
+        ``einsum``, not a matrix product: BLAS threads spin after a call, and the CPU they burn
+        doubled what ingest cost a 8,192-rank job (``bench/detector_scale.py``)."""
         top = int(self.bid.max())
         lo, hi = (top - len(w) + 1) % _K, top % _K + 1
         if lo < hi:
-            return (arr[:n, lo:hi] @ w).astype(np.float64)
+            return np.einsum("ij,j->i", arr[:n, lo:hi], w).astype(np.float64)
         k = _K - lo
-        return (arr[:n, lo:] @ w[:k] + arr[:n, :hi] @ w[k:]).astype(np.float64)
+        return (np.einsum("ij,j->i", arr[:n, lo:], w[:k]) + np.einsum("ij,j->i", arr[:n, :hi], w[k:])).astype(
+            np.float64
+        )
 
     def _ring_sum(self, arr: np.ndarray, n: int) -> np.ndarray:
         """Per slot: one bucket ring (lateness, time inside or ops) summed over the window (the
