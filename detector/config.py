@@ -62,8 +62,9 @@ class DetectorConfig:
     """A root that drops out of the evidence this briefly keeps its ``mild_hold_s`` (the time out does not count)."""
     stage_in_drop: float = 0.02
     """A node that is a pipeline stage is slow when its ranks' share of wall-clock inside ops
-    dropped by this much more than the other nodes' did (mean over its ranks against their usual,
-    smoothed over ``stage_tau_s``)..."""
+    dropped by this much more than the other nodes' did, and than its pipeline neighbours' did
+    (mean over its ranks against their usual, read over 8 s with tapered ends, smoothed over
+    ``stage_tau_s``)..."""
     stage_late_z: float = 0.15
     """...its ranks are later at their point-to-point channels to other nodes than is usual for
     the node, by this many of those channels' thresholds on average (usual: learned over
