@@ -1275,7 +1275,7 @@ class LatenessTracker:
         """Per slot: one bucket ring over its newest ``len(w)`` buckets, weighted by ``w`` (oldest first).
 
         ``einsum``, not a matrix product: BLAS threads spin after a call, and the CPU they burn
-        doubled what ingest cost a 8,192-rank job (``bench/detector_scale.py``)."""
+        doubled what ingest cost an 8,192-rank job (``bench/detector_scale.py``)."""
         top = int(self.bid.max())
         lo, hi = (top - len(w) + 1) % _K, top % _K + 1
         if lo < hi:
