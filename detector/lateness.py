@@ -1010,10 +1010,10 @@ class LatenessTracker:
         edge = (topo.ch_parent[: topo.n_channels] >= 0) & (ch_lo >= 0) & (ch_lo != ch_hi)
         ea, eb = ch_lo[edge], ch_hi[edge]
         fin = np.nan_to_num(mean_in, nan=0.0)
-        has_nb = np.isfinite(mean_in)
-        nb_sum = np.bincount(ea, fin[eb] * has_nb[eb], n_nodes) + np.bincount(eb, fin[ea] * has_nb[ea], n_nodes)
-        nb_cnt = np.bincount(ea, has_nb[eb], n_nodes) + np.bincount(eb, has_nb[ea], n_nodes)
-        z_nb = np.where(nb_cnt > 0, np.nan_to_num(mean_in, nan=0.0) - nb_sum / np.maximum(nb_cnt, 1), np.nan)
+        known = np.isfinite(mean_in)
+        nb_sum = np.bincount(ea, fin[eb], n_nodes) + np.bincount(eb, fin[ea], n_nodes)
+        nb_cnt = np.bincount(ea, known[eb], n_nodes) + np.bincount(eb, known[ea], n_nodes)
+        z_nb = np.where(nb_cnt > 0, fin - nb_sum / np.maximum(nb_cnt, 1), np.nan)
         self.stage_zn = _grow(self.stage_zn, n_nodes, np.nan)
         zn = self.stage_zn[:n_nodes]
         zn[:] = np.where(np.isnan(zn), z_nb, zn + min(1.0, dt / cfg.stage_tau_s) * (z_nb - zn))
@@ -1024,16 +1024,13 @@ class LatenessTracker:
             found[on[on >= 0]] = True
         if frozen_ch is not None and frozen_ch.shape[0]:
             found[np.unique(slot_node[frozen_ch[topo.slot_ch[:n]] & (slot_node >= 0)])] = True
-        kept = self._nodes_of(keep, topo, n_nodes)
+        n_kept = self._count_per_node(keep, topo, n_nodes)
+        kept = n_kept > 0
         held = kept & (run >= cfg.stage_hold_s)  # reported as a slow stage, not for one of its ranks
-        if keep:
-            # a node some of whose ranks are reported, not all, is left to them: a straggler's
-            # share inside ops drops and its node's mean with it (unseen-slow_link_and_straggler-002,
-            # tp4pp4dp2: node 2 named beside its 1.5x rank 21, once the share was read steadily)
-            rs = np.fromiter(keep, np.int64, len(keep))
-            on = node_of[rs[(rs >= 0) & (rs < topo.world)]]
-            n_kept = np.bincount(on[on >= 0], minlength=n_nodes)
-            found |= (n_kept > 0) & (n_kept < np.bincount(node_of[node_of >= 0], minlength=n_nodes))
+        # a node some of whose ranks are reported, not all, is left to them: a straggler's share
+        # inside ops drops and its node's mean with it (unseen-slow_link_and_straggler-002,
+        # tp4pp4dp2: node 2 named beside its 1.5x rank 21, once the share was read steadily)
+        found |= kept & (n_kept < np.bincount(node_of[node_of >= 0], minlength=n_nodes))
         usual[:] = np.where(np.isnan(usual), late, usual)
         d_late = late - usual
         # the spread of the share's drop is taken around zero: it is a difference between nodes already
@@ -1149,7 +1146,7 @@ class LatenessTracker:
         ok = (topo.ch_parent[ch] < 0) & (sn >= 0) & np.isfinite(z) & judged[:n]
         size = np.bincount(node_of[node_of >= 0], minlength=n_nodes)
         need = np.maximum(2, np.ceil(cfg.node_share * size)).astype(np.int64)
-        kept = self._nodes_of(keep, topo, n_nodes)
+        kept = self._count_per_node(keep, topo, n_nodes) > 0
         cond = np.zeros(n_nodes, bool)
         best: dict[int, np.ndarray] = {}
         # only groups where two members or more lean at all (a healthy job of 100,000 ranks has few)
@@ -1217,14 +1214,13 @@ class LatenessTracker:
                 out.setdefault(r, st)
 
     @staticmethod
-    def _nodes_of(ranks: set[int], topo: Topology, n_nodes: int) -> np.ndarray:
-        """Per node: whether it holds any of ``ranks``."""
-        on = np.zeros(n_nodes, bool)
-        if ranks:
-            rs = np.fromiter(ranks, np.int64, len(ranks))
-            nodes = topo.node_of[: topo.world][rs[(rs >= 0) & (rs < topo.world)]]
-            on[nodes[nodes >= 0]] = True
-        return on
+    def _count_per_node(ranks: set[int], topo: Topology, n_nodes: int) -> np.ndarray:
+        """Per node: how many of ``ranks`` it holds."""
+        if not ranks:
+            return np.zeros(n_nodes, np.int64)
+        rs = np.fromiter(ranks, np.int64, len(ranks))
+        nodes = topo.node_of[: topo.world][rs[(rs >= 0) & (rs < topo.world)]]
+        return np.bincount(nodes[nodes >= 0], minlength=n_nodes)
 
     def _hold(self, run: np.ndarray, gone: np.ndarray, cond: np.ndarray, dt: float) -> None:
         """Per node, in place: seconds ``cond`` has held (``run``), through breaks of up to

@@ -969,6 +969,23 @@ def test_a_stage_held_up_by_a_straggler_s_pipeline_neighbour_is_not_named(run) -
     assert res.latency[0] is not None
 
 
+def test_a_slow_last_stage_with_uneven_steps_is_named(run) -> None:  # type: ignore[no-untyped-def]
+    # tp2pp4dp4 at 30/s with uneven steps (bench/probe_stages.py, seed 218): the last stage 1.2x
+    # slow, a job 1.045x slower. With its share inside ops read over the 4 s window at op rates
+    # decayed to now it was never named in the 60 s run; read over 8 s with tapered ends, at the
+    # op rates as of each group's newest op, it is named 10 s after its onset
+    res = run(
+        TP2PP4DP4,
+        Fault("slow_compute", "node", nodes=(3,), factor=1.2, onset=24.0),
+        rate=30.0,
+        profile="data",
+        duration=60.0,
+        seed=218,
+    )
+    assert [r.key for r in res.false_suspects] == []
+    assert res.latency[0] is not None
+
+
 def test_a_straggler_s_node_is_not_named_a_slow_stage_beside_it(run) -> None:  # type: ignore[no-untyped-def]
     # tp2pp4dp4 at 200/s with CPU noise: rank 21, on node 2 (the third stage), is 1.5x slow and
     # named; its own share of time inside ops drops, its node's mean with it, and its sends are
