@@ -15,10 +15,10 @@ none completes. Which channels that is depends on when it strikes, so ``expected
 from the engine's own run: a hang on a node's NVLink that strikes while the job is saving a
 checkpoint is first met by the barrier of the whole job after the save, whose ring crosses every
 node's NVLink and every link between neighbours; every rank enters it, none leaves, nothing else
-runs again, and no timing or stack tells which place on that ring stopped. The places of the same
-kind (a node's NVLink, a link between two nodes) that lie on every channel that stopped and on none
-that completed a transfer begun after the onset share the evidence, and the answer is the nodes
-they span (the fault's own place when it is the only one).
+runs again, and no timing or stack tells which place on that ring stopped. The places (of any
+kind: a node's NVLink or NIC, a GPU's NIC, a link between two nodes) that lie on every channel that
+stopped and on none that completed a transfer begun after the onset share the evidence, and the
+answer is the nodes they span (the fault's own place when it is the only one).
 """
 
 from __future__ import annotations
@@ -151,24 +151,28 @@ def _stopped_and_working(ops: OpChunk, lay: Layout, onset: float) -> tuple[list[
 
 
 def _hang_answer(fault: Fault, sc: Scenario, ops: OpChunk) -> Expected:
-    """A communication hang's answer: the places of its kind that stopped what it stopped and no more."""
+    """A communication hang's answer: the places that stopped what it stopped and no more.
+
+    Places of every kind count, not only the fault's own: a node's NVLink, a node's NIC, a GPU's
+    NIC, a link between two nodes. Node 3's NVLink, dying while the second stage of tp4pp2dp4
+    (nodes 2 and 3) is inside its data-parallel reduces, stops those rings and nothing else; the
+    link between the two nodes, or node 3's NIC, would stop exactly the same rings, so the answer
+    is that link, not node 3 alone (``bench/probe_classes.py`` seed 9495, probe-hang_nvl-000).
+    """
     lay = sc.layout
     own = fault.expected(lay.gpus_per_node, lay.world)
+    if fault.where not in ("nvl", "link"):
+        return own
     stopped, working = _stopped_and_working(ops, lay, fault.onset)
     gpn = lay.gpus_per_node
 
     def fits(p: Fault) -> bool:
         return all(channel_uses(p, e, gpn) for e in stopped) and not any(channel_uses(p, e, gpn) for e in working)
 
-    n = lay.n_nodes
-    if fault.where == "nvl":
-        places = [dataclasses.replace(fault, nodes=(i,)) for i in range(n)]
-    elif fault.where == "link":
-        places = [dataclasses.replace(fault, nodes=(a, b)) for a in range(n) for b in range(a + 1, n)]
+    if fault.where == "link":
         fault = dataclasses.replace(fault, nodes=tuple(sorted(fault.nodes)))
-    else:
-        return own
-    twins = [p for p in places if fits(p)]
+    nvl = [dataclasses.replace(fault, where="nvl", nodes=(i,), ranks=()) for i in range(lay.n_nodes)]
+    twins = [p for p in nvl + _places(fault, lay) if fits(p)]
     if not stopped or fault not in twins or twins == [fault]:
         return own
     return _spanned_answer(own, twins, lay)
