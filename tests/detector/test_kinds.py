@@ -495,6 +495,30 @@ def test_a_slow_stage_is_not_learned_as_usual_before_both_signs_cross(seed: int,
         assert not res.reported, [r.key for r in res.reported]
 
 
+@pytest.mark.parametrize(("seed", "slow"), [(203, True), (204, True), (205, False)])
+def test_a_slow_stage_whose_share_drops_clearly_needs_less_of_the_late_sign(seed: int, slow: bool) -> None:
+    # the last stage of tp2pp4dp4 1.2x slow under strong CPU noise (bench/probe_stages.py's seeds;
+    # the job 1.05x slower): its share inside ops drops twice past its line, but its sends are late
+    # by a little under the late sign's line, and the two never held together (the code before
+    # missed both seeds). A share clearly past its line needs half the late sign; the healthy run
+    # of the same profile names nobody
+    faults = (Fault("slow_compute", "node", nodes=(3,), factor=1.2, onset=24.0),) if slow else ()
+    sc = Scenario(
+        name="stage",
+        layout=TP2PP4DP4,
+        workload=Workload.for_rate(30.0, TP2PP4DP4),
+        profile=HELDOUT_PROFILES["cpu_noise+"],
+        faults=faults,
+        duration=60.0,
+        seed=seed,
+    )
+    res = run_scenario(sc)
+    if slow:
+        _only(res, "noncomm_slow:node:node00003")
+    else:
+        assert not res.reported, [r.key for r in res.reported]
+
+
 @pytest.mark.parametrize(("seed", "slow"), [(2, True), (3, True), (2, False)])
 def test_a_mild_straggler_that_hovers_at_its_threshold_is_named(run, seed, slow) -> None:  # type: ignore[no-untyped-def]
     # a 1.1x rank of tp8pp2dp2 that saves every 40 steps (the job 1.01-1.03x slower): its evidence
