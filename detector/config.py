@@ -77,6 +77,9 @@ class DetectorConfig:
     stage of a job 1.04x slower, its share twice past its line, was late at its sends by 0.05-0.14
     of their thresholds against the line's 0.15, and the two never held together)..."""
     stage_clear_late: float = 0.5
+    stage_clear_abs: float = 0.05
+    """...(and by this much at least: a run of GC pauses drops a stage's share by 0.04-0.05 for the
+    8 s it is read over while its sends' lateness decays)..."""
     stage_hold_s: float = 6.0
     """...and both have held this long (a healthy pipeline's stages swing for a few seconds)."""
     stage_tau_s: float = 3.0

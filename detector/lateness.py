@@ -1044,11 +1044,14 @@ class LatenessTracker:
         cond = (n_p2p > 0) & ~found & (age >= cfg.baseline_warm_s)
         cond &= zs < -line[:, 0]
         cond &= ~(zn >= -line[:, 0])  # (a node with no neighbour known, nan, is not held back)
-        # a share far past its line against both (``stage_clear_k``) needs only part of the late
-        # sign's: the two signs of a slow stage differ in strength, heldout-straggler_node-004's
-        # share sat twice past its line while its sends were late by 0.05-0.14 of their thresholds,
-        # the line's floor 0.15 (at 1.5 lines a healthy tp4pp2dp4 stage in `gc+` held 6 s)
-        clear = (zs < -cfg.stage_clear_k * line[:, 0]) & (zn < -cfg.stage_clear_k * line[:, 0])
+        # a share far past its line against both (``stage_clear_k`` lines, and ``stage_clear_abs``)
+        # needs only part of the late sign's: the two signs of a slow stage differ in strength,
+        # heldout-straggler_node-004's share sat twice past its line while its sends were late by
+        # 0.05-0.14 of their thresholds, the line's floor 0.15. A run of GC pauses on a stage whose
+        # line sits at its floor drops its share 0.04-0.05 for 8 s, and its sends' lateness decays
+        # under the line: two lines alone named two such stages in 400 healthy jobs of new seeds
+        far = np.fmax(cfg.stage_clear_k * line[:, 0], cfg.stage_clear_abs)
+        clear = (zs < -far) & (zn < -far)
         cond &= d_late > np.where(clear, cfg.stage_clear_late, 1.0) * line[:, 1]
         # nothing is learned while either sign leans towards a slow stage (past half its line):
         # learned, a slow stage's lateness became its usual in the seconds before its share's

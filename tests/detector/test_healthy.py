@@ -143,6 +143,17 @@ def test_no_slow_stage_for_uneven_steps() -> None:
     assert [r.key for r in run_scenario(sc).reported] == []
 
 
+@pytest.mark.parametrize(("layout", "seed"), [(DEEP, 30013), (WIDE, 30215)])
+def test_no_slow_stage_for_a_run_of_gc_pauses_past_its_line(layout: Layout, seed: int) -> None:
+    # heavy GC pauses on one stage (bench/probe_healthy.py --first-seed 30001, pipeline layouts,
+    # `gc+`): its share inside ops sat 0.04-0.05 under the other nodes' and its neighbours' for
+    # 8 s, two to two and a half times its line at the floor, while its sends' lateness burst to
+    # 0.4-0.8 of their thresholds and decayed to 0.10-0.14. A share two lines past asked only
+    # half the late sign, and the stage was named at 43 s and 40.5 s; it must also be 0.05 past
+    sc = _healthy_at_30(layout, "gc+", seed, 45.0)
+    assert [r.key for r in run_scenario(sc).reported] == []
+
+
 def test_no_suspect_for_a_strong_rank_of_uneven_steps_over_the_drift() -> None:
     # tp2pp4dp4 with uneven steps: the victim test's line over the ranks' common drift (for
     # stragglers that cost the job under ``mild_slowdown``) taken for every root named rank 15 at
