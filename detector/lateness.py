@@ -1365,6 +1365,10 @@ class LatenessTracker:
         k_mid = drift.shape[0] // 2
         d_common = max(0.0, float(np.partition(drift, k_mid)[k_mid])) if drift.shape[0] else 0.0
         slow_any = frozen_ch is not None and bool(frozen_ch.any())
+        # the pipelines (ranks joined by sends and receives) that hold a reported straggler
+        pipe = topo.pipelines() if keep else np.zeros(0, np.int64)
+        pipe_kept = np.unique(pipe[[q for q in keep if q < topo.world]]) if keep else pipe
+        pipe_kept = pipe_kept[np.bincount(pipe, minlength=topo.world)[pipe_kept] > 1]
 
         def root_in(ch: int, than: float) -> bool:
             """A member of group ``ch`` later than ``than`` there is a root."""
@@ -1417,6 +1421,15 @@ class LatenessTracker:
             ]
             if second == "in":
                 on_other = np.append(on_other, s)
+            if pipe_kept.shape[0] and r not in keep and pipe[r] in pipe_kept and float(rel[s]) < 0.2 * late_s:
+                # ...nor, at its pipeline's sends and receives, on a straggler already reported in
+                # the same pipeline, where its mates here waited elsewhere about as much: the stages
+                # next to it pass its delay along, to it and to them (a 1.3x rank two stages after a
+                # reported 1.5x one, judged in its tensor-parallel group, waited 0.1 of its time more
+                # at its receives and was excused at every other analysis). Not in a group whose
+                # mates did not share that delay (the next stage's data-parallel reduce with the
+                # other replica): there the wait is what made it late
+                on_other = np.union1d(on_other, mine[topo.ch_parent[topo.slot_ch[mine]] >= 0])
             if on_other.shape[0]:
                 d_in -= float(np.clip(self.d_slot[on_other], 0.0, None).sum())
             skewed = mine[skew[mine]]  # ...nor does waiting at a save's barrier (above)

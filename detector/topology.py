@@ -75,6 +75,7 @@ class Topology:
         self._p2p: dict[tuple[int, int, int], int] = {}
         self._places: dict[int, frozenset[Place]] = {}
         self._rank_slots: tuple[np.ndarray, np.ndarray] | None = None
+        self._pipes: tuple[tuple[int, int], np.ndarray] | None = None
         self._slot_index: tuple[np.ndarray, np.ndarray] | None = None
         self._rank_table: tuple[np.ndarray, np.ndarray] | None = None
         self._table_world = -1  # the world the table was built for (-1: build it again)
@@ -272,6 +273,29 @@ class Topology:
             self._p2p_keys = np.array([k for k, _ in items], np.int64)
             self._p2p_vals = np.array([c for _, c in items], np.int64)
         return chans[inv]
+
+    def pipelines(self) -> np.ndarray:
+        """Per rank: the lowest rank it is joined to through point-to-point groups (a pipeline's
+        sends and receives): the ranks of one pipeline share it; a rank with none is its own."""
+        if self._pipes is not None and self._pipes[0] == (self.version, self.world):
+            return self._pipes[1]
+        comp = np.arange(self.world, dtype=np.int64)
+        p2p = np.flatnonzero(self.ch_parent >= 0)
+        if p2p.shape[0]:
+            # a point-to-point group's two members are its first and last slot
+            a = self.slot_rank[self.ch_off[p2p]]
+            b = self.slot_rank[self.ch_off[p2p] + self.ch_size[p2p] - 1]
+            while True:  # each edge pulls both ends to the lower label until nothing moves
+                lo = np.minimum(comp[a], comp[b])
+                new = comp.copy()
+                np.minimum.at(new, a, lo)
+                np.minimum.at(new, b, lo)
+                new = new[new]
+                if np.array_equal(new, comp):
+                    break
+                comp = new
+        self._pipes = ((self.version, self.world), comp)
+        return comp
 
     def ch_whole(self) -> np.ndarray:
         """Per channel: a collective group of every rank of the job (the default group, its copies)."""

@@ -1182,3 +1182,42 @@ def test_a_slow_node_whose_ranks_flicker_out_of_the_roots_is_not_also_named_as_o
     )
     assert [r.key for r in res.reported] == ["noncomm_slow:node:node00003"]
     assert res.latency[0] is not None and res.latency[0] <= 7.0, res.latency
+
+
+TP2PP4DP2 = Layout(tp=2, pp=4, dp=2)  # 16 ranks on 2 nodes: rank 7 is stage 1 and rank 15 stage 3 of one lane
+
+
+def test_a_second_straggler_down_the_pipeline_of_a_reported_one_is_named() -> None:
+    # ``bench/probe_classes.py --seed 61209``'s two_stragglers-002 (tp2pp4dp2 `gc~`, 10/s): rank 7
+    # slows to 1.5x, rank 15, two stages further down the same pipeline, to 1.3x five seconds
+    # later. Rank 15 is late in its tensor-parallel group, but it also waits 0.1 of its time more
+    # at its receives (the pipeline passes rank 7's delay along), and that rise in its share
+    # inside ops excused it as a victim at every other analysis: never named in 30 s. Its mate
+    # there waits as much along its own pipeline, so those waits are rank 7's doing, not its own
+    lay = TP2PP4DP2
+    sc = _two_stragglers(
+        lay, Workload.for_rate(10.0, lay), UNSEEN_PROFILES["gc~"], 7, 15, 25.132237357684165, 60.0, 61209502
+    )
+    res = run_scenario(sc)
+    assert sorted(r.key for r in res.reported) == ["noncomm_slow:rank:15", "noncomm_slow:rank:7"]
+    assert res.latency[1] is not None and res.latency[1] <= 15.0, res.latency
+
+
+def test_the_next_stage_of_a_reported_straggler_is_still_its_victim_where_its_mates_did_not_wait() -> None:
+    # unseen-straggler_flap-002 (tp4pp4dp2 `everything~`, 200/s): rank 20 (stage 2) flaps 1.5x
+    # slow. Rank 28, the next stage of its pipeline, waits on it at its receives and so reaches
+    # its data-parallel reduce late, where its mate (the other replica) waited on nobody. Its
+    # pipeline waits explain that lateness: taken out of its share there as well, it was named
+    # at 37 s
+    lay = Layout(tp=4, pp=4, dp=2)
+    sc = Scenario(
+        name="flap-next-stage",
+        layout=lay,
+        workload=Workload.for_rate(200.0, lay),
+        profile=UNSEEN_PROFILES["everything~"],
+        faults=(Fault("slow_compute", "rank", ranks=(20,), factor=1.5, onset=25.681068955463168, flap=(10.0, 6.0)),),
+        duration=60.0,
+        seed=3020319,
+    )
+    res = run_scenario(sc)
+    assert [r.key for r in res.reported] == ["noncomm_slow:rank:20"], [r.key for r in res.reported]
