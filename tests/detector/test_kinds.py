@@ -1203,21 +1203,18 @@ def test_a_second_straggler_down_the_pipeline_of_a_reported_one_is_named() -> No
     assert res.latency[1] is not None and res.latency[1] <= 15.0, res.latency
 
 
-def test_the_next_stage_of_a_reported_straggler_is_still_its_victim_where_its_mates_did_not_wait() -> None:
+def test_the_next_stage_of_a_reported_straggler_is_still_its_victim_where_its_mates_did_not_wait(run) -> None:  # type: ignore[no-untyped-def]
     # unseen-straggler_flap-002 (tp4pp4dp2 `everything~`, 200/s): rank 20 (stage 2) flaps 1.5x
     # slow. Rank 28, the next stage of its pipeline, waits on it at its receives and so reaches
     # its data-parallel reduce late, where its mate (the other replica) waited on nobody. Its
     # pipeline waits explain that lateness: taken out of its share there as well, it was named
     # at 37 s
-    lay = Layout(tp=4, pp=4, dp=2)
-    sc = Scenario(
-        name="flap-next-stage",
-        layout=lay,
-        workload=Workload.for_rate(200.0, lay),
+    res = run(
+        Layout(tp=4, pp=4, dp=2),
+        Fault("slow_compute", "rank", ranks=(20,), factor=1.5, onset=25.681068955463168, flap=(10.0, 6.0)),
+        rate=200.0,
         profile=UNSEEN_PROFILES["everything~"],
-        faults=(Fault("slow_compute", "rank", ranks=(20,), factor=1.5, onset=25.681068955463168, flap=(10.0, 6.0)),),
         duration=60.0,
         seed=3020319,
     )
-    res = run_scenario(sc)
     assert [r.key for r in res.reported] == ["noncomm_slow:rank:20"], [r.key for r in res.reported]
