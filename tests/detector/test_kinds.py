@@ -1184,7 +1184,7 @@ def test_a_slow_node_whose_ranks_flicker_out_of_the_roots_is_not_also_named_as_o
     assert res.latency[0] is not None and res.latency[0] <= 7.0, res.latency
 
 
-TP2PP4DP2 = Layout(tp=2, pp=4, dp=2)  # 16 ranks on 2 nodes: rank 7 is stage 1 and rank 15 stage 3 of one lane
+TP2PP4DP2 = Layout(tp=2, pp=4, dp=2)  # 16 ranks on 2 nodes: rank 7 is stage 1 and rank 15 stage 3 of one pipeline
 
 
 def test_a_second_straggler_down_the_pipeline_of_a_reported_one_is_named() -> None:
