@@ -1367,8 +1367,7 @@ class LatenessTracker:
         slow_any = frozen_ch is not None and bool(frozen_ch.any())
         # the pipelines (ranks joined by sends and receives) that hold a reported straggler
         pipe = topo.pipelines() if keep else np.zeros(0, np.int64)
-        pipe_kept = np.unique(pipe[[q for q in keep if q < topo.world]]) if keep else pipe
-        pipe_kept = pipe_kept[np.bincount(pipe, minlength=topo.world)[pipe_kept] > 1]
+        pipe_kept = {int(pipe[q]) for q in keep if q < pipe.shape[0]}
 
         def root_in(ch: int, than: float) -> bool:
             """A member of group ``ch`` later than ``than`` there is a root."""
@@ -1421,7 +1420,7 @@ class LatenessTracker:
             ]
             if second == "in":
                 on_other = np.append(on_other, s)
-            if pipe_kept.shape[0] and r not in keep and pipe[r] in pipe_kept and float(rel[s]) < 0.2 * late_s:
+            if pipe_kept and r not in keep and int(pipe[r]) in pipe_kept and float(rel[s]) < 0.2 * late_s:
                 # ...nor, at its pipeline's sends and receives, on a straggler already reported in
                 # the same pipeline, where its mates here waited elsewhere about as much: the stages
                 # next to it pass its delay along, to it and to them (a 1.3x rank two stages after a
