@@ -1237,21 +1237,27 @@ def test_a_slow_stage_of_a_four_stage_pipeline_at_ten_ops_a_second_is_named(run)
     assert res.latency[0] is not None and res.latency[0] <= 20.0, res.latency
 
 
+def _link_then_straggler(run, onset: float, rank: int, profile: str, seed: int):  # type: ignore[no-untyped-def]
+    # as ``bench/probe_classes.py`` lays out slow_link_and_straggler in tp4pp4dp2 at 100/s: the
+    # link between nodes 1 and 2 4x slow, and three seconds later one rank 1.5x
+    return run(
+        Layout(tp=4, pp=4, dp=2),
+        Fault("slow_comm", "link", nodes=(1, 2), factor=4.0, onset=onset),
+        Fault("slow_compute", "rank", ranks=(rank,), factor=1.5, onset=onset + 3.0),
+        rate=100.0,
+        profile=UNSEEN_PROFILES[profile],
+        duration=60.0,
+        seed=seed,
+    )
+
+
 def test_a_straggler_upstream_of_a_slow_link_is_named(run) -> None:  # type: ignore[no-untyped-def]
     # ``bench/probe_classes.py --seed 61206``'s slow_link_and_straggler-002 (tp4pp4dp2
     # `first_step~`, 100/s): the link between nodes 1 and 2 slows 4x, and three seconds later rank
     # 5 (node 0, the pipelines' first stage) slows to 1.5x. Rank 5 waits at its receives on the
     # link's delay, 0.05-0.09 of its time over its usual, and was excused as a victim throughout;
     # its tensor-parallel mates wait there as much
-    res = run(
-        Layout(tp=4, pp=4, dp=2),
-        Fault("slow_comm", "link", nodes=(1, 2), factor=4.0, onset=23.839455918900963),
-        Fault("slow_compute", "rank", ranks=(5,), factor=1.5, onset=26.839455918900963),
-        rate=100.0,
-        profile=UNSEEN_PROFILES["first_step~"],
-        duration=60.0,
-        seed=61206902,
-    )
+    res = _link_then_straggler(run, 23.839455918900963, 5, "first_step~", 61206902)
     slow = sorted(r.key for r in res.reported if r.kind == "noncomm_slow")
     assert slow == ["noncomm_slow:rank:5"], [r.key for r in res.reported]
     assert all(x is not None for x in res.latency), res.latency
@@ -1264,15 +1270,7 @@ def test_a_stage_whose_pipeline_waited_on_a_slow_link_more_than_its_mates_is_not
     # other replica's stage 0) do, and so reach that reduce late: those waits are what made them
     # late. Taken out of their victim test whole, not only as far as their mates shared them,
     # node 0 was named at 46.5 s
-    res = run(
-        Layout(tp=4, pp=4, dp=2),
-        Fault("slow_comm", "link", nodes=(1, 2), factor=4.0, onset=25.017993491804507),
-        Fault("slow_compute", "rank", ranks=(24,), factor=1.5, onset=28.017993491804507),
-        rate=100.0,
-        profile=UNSEEN_PROFILES["checkpoint~"],
-        duration=60.0,
-        seed=61207904,
-    )
+    res = _link_then_straggler(run, 25.017993491804507, 24, "checkpoint~", 61207904)
     slow = {r.key for r in res.reported if r.kind == "noncomm_slow"}
     assert slow <= {"noncomm_slow:rank:24"}, [r.key for r in res.reported]
     assert res.latency[0] is not None, res.latency
