@@ -802,15 +802,7 @@ class LatenessTracker:
         calm &= ~self.busy[sl]
         age = self.base_age[sl]
         a = self._weight(age, dt)
-        # faults only ever add lateness and time inside ops: a baseline follows a drop five times
-        # faster than a rise, so a slow start (compilation, the first step) does not stay in it
-        for base, x in ((self.base_late[sl], ml),):
-            ok = calm & np.isfinite(x)
-            fresh = ok & np.isnan(base)
-            base[fresh] = x[fresh]
-            upd = ok & ~fresh
-            d = x[upd] - base[upd]
-            base[upd] += np.minimum(1.0, np.where(d < 0, 5.0, 1.0) * a[upd]) * d
+        self._follow(self.base_late[sl], ml, calm & np.isfinite(ml), a)
         age[calm] += dt
         self._learn_wide(now, dt, topo, rate, grown_up)
         # the usual fluctuation of the excess: its spread around the slot's own running level (an
@@ -972,6 +964,17 @@ class LatenessTracker:
         age[learn] += dt
         return np.where(p2p, np.clip(extra - np.nan_to_num(usual, nan=0.0), 0.0, None), extra)
 
+    @staticmethod
+    def _follow(base: np.ndarray, x: np.ndarray, ok: np.ndarray, a: np.ndarray) -> None:
+        """In place, where ``ok``: ``base`` takes a first sample of ``x`` as it is, and then follows
+        it at the weights ``a``, a drop five times faster than a rise (faults only ever add
+        lateness: a slow start, compilation or the first step, must not stay in a baseline)."""
+        fresh = ok & np.isnan(base)
+        base[fresh] = x[fresh]
+        upd = ok & ~fresh
+        d = x[upd] - base[upd]
+        base[upd] += np.minimum(1.0, np.where(d < 0, 5.0, 1.0) * a[upd]) * d
+
     def _learn_wide(self, now: float, dt: float, topo: Topology, rate: np.ndarray, grown_up: np.ndarray) -> None:
         """``ex_wide`` and ``thr_wide``: per slot, its lateness over the ring's newest buckets
         (``ml_wide``) beyond its usual, in seconds per second, and the threshold its usual
@@ -989,12 +992,7 @@ class LatenessTracker:
         if self.stage_lean.shape[0] >= n_nodes and self.stage_run.shape[0] >= n_nodes and n_nodes:
             leaning = (self.stage_lean[:n_nodes] > 0) | (self.stage_run[:n_nodes] > 0)
             ok &= ~((node >= 0) & leaning[np.maximum(node, 0)])
-        fresh = ok & np.isnan(base)
-        base[fresh] = mlw[fresh]
-        upd = ok & ~fresh
-        a = self._weight(age[upd], dt)
-        d = mlw[upd] - base[upd]
-        base[upd] += np.minimum(1.0, np.where(d < 0, 5.0, 1.0) * a) * d
+        self._follow(base, mlw, ok, self._weight(age, dt))
         # its usual fluctuation, as ``noise`` is learned (around a running level, outliers clipped);
         # its threshold as a point-to-point slot's: ``p2p_k`` times ``noise_k`` of it, never finer
         # than ``min_effect``'s
@@ -1514,7 +1512,7 @@ class LatenessTracker:
                 # at its receives and was excused at every other analysis). Not in a group whose
                 # mates did not share that delay (the next stage's data-parallel reduce with the
                 # other replica): there the wait is what made it late
-                on_other = np.union1d(on_other, mine[topo.ch_parent[topo.slot_ch[mine]] >= 0])
+                on_other = np.union1d(on_other, mine[p2p_slot[mine]])
             if pipe_slow and r not in keep and int(pipe[r]) in pipe_slow and not p2p_slot[on_other].any():
                 # ...nor, at its sends and receives, on slow transfers along its pipeline, as far as
                 # its mates here waited at theirs too: a slow link's delay runs along the pipelines
