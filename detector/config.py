@@ -23,8 +23,6 @@ class DetectorConfig:
     """A group that pauses (a checkpoint's save, an evaluation) keeps its slots' last judgement this long."""
     baseline_tau_s: float = 60.0
     """Time constant of each rank's and each group's own baseline (frozen while it looks faulty)."""
-    baseline_skip_s: float = 10.0
-    """A rank's first seconds in a group (compilation, the first step) teach its baselines nothing."""
     baseline_warm_s: float = 8.0
     """Seconds of data before a rank's own lateness baseline is trusted."""
     min_effect: float = 0.03
