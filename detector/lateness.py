@@ -101,6 +101,8 @@ class LatenessTracker:
         "onset",
         "first_data",
         "usual_extra",
+        "usual_wd",
+        "usual_wo",
         "usual_share",
         "usual_stage",
         "judged",
@@ -132,6 +134,8 @@ class LatenessTracker:
         self.first_data = np.full(0, np.nan)
         self.judged = np.full(0, np.nan)  # per slot: server time it was last judged (had enough recent data)
         self.usual_extra = np.full(0, np.nan)  # seconds inside ops over the per-op baseline, per window, while calm
+        self.usual_wd = np.full(0, np.nan)  # ...seconds inside ops per window, learned with it
+        self.usual_wo = np.full(0, np.nan)  # ...and ops per window
         self.extra_age = np.zeros(0)
         self.usual_share = np.full(0, np.nan)  # per slot: share of wall-clock inside its ops, while calm
         self.usual_in = np.full(0, np.nan)  # per rank: the sum of its slots' (inside any op)
@@ -863,7 +867,7 @@ class LatenessTracker:
         self.thr = thr
         self.steady = steady
         wd, wo = self._ring_sum(self.bd, n), self._ring_sum(self.bo, n)
-        extra = self._learn_extra(now, dt, topo, wd, wo, rate, has, rate * lag_k[topo.slot_ch])
+        extra = self._learn_extra(now, dt, topo, wd, wo, rate, has, rate * lag_k[topo.slot_ch], slow_net)
         out = self._roots(hot, topo, frozen_ch, ch_excess, wo, extra, keep)
         self._slow_stages(dt, topo, out, frozen_ch, keep)
         self._lean_nodes(dt, topo, out, frozen_ch, keep, grown_up)
@@ -880,6 +884,7 @@ class LatenessTracker:
         rate: np.ndarray,
         has: np.ndarray,
         rate_new: np.ndarray,
+        slow_net: bool,
     ) -> np.ndarray:
         """Per slot: seconds inside its ops over the window beyond what is usual for it; learns the usual.
 
@@ -892,6 +897,19 @@ class LatenessTracker:
         only what exceeds it counts. In collective groups the excess over the lower envelope is
         the waiting for whoever came last, and it stays whole: jitter there is what makes a
         rank that is late by chance look like the victim it is.
+
+        The usual excess is learned over the envelope of its time, and lags it: after a slow
+        first step the envelope falls fast (drops five times faster than rises) and the excess
+        follows at ``baseline_tau_s``, so until it has caught up the slot reads waits it did not
+        do. Where a slot's envelope sits over twice its parallel slots' (``_far_envelope``), it
+        fell late and the lag is large: its usual excess is read at the envelope as it is now,
+        from the usual time inside and ops per window (a 1.5x middle stage of tp4pp4dp2
+        `first_step~`, its receive's envelope 6 ms against its mates' 1.3 ms when its fault froze
+        it, read 0.4 s in 4 s of waiting that it did not do, and the victim test excused it
+        throughout). Elsewhere the lagging excess stays: read afresh everywhere, healthy ranks of
+        pipelines with uneven steps (`data+`), their envelopes near their mates', lost the
+        excuse it gave and were named; nor while transfers anywhere in the job are slow (a first
+        stage upstream of a slow link was named: docs/decisions.md).
 
         Also each rank's share of wall-clock inside ops against its usual, twice: as the victim
         test reads it (``d_in``: over ``_WIN``, at the op rates decayed to now, which its lines
@@ -955,14 +973,57 @@ class LatenessTracker:
         )
         self.d_slot = np.where(known & ok_r[topo.slot_rank], share - np.nan_to_num(u_sl, nan=0.0), 0.0)
         self.d_in = np.where(ok_r, np.bincount(topo.slot_rank, self.d_slot, topo.world), np.nan)
-        usual, age = self.usual_extra[sl], self.extra_age[sl]
+        u_ex, u_wd, u_wo, age = self.usual_extra[sl], self.usual_wd[sl], self.usual_wo[sl], self.extra_age[sl]
         a = self._weight(age, dt)
-        first = learn & np.isnan(usual)
-        usual[first] = extra[first]
+        first = learn & np.isnan(u_wd)
+        u_ex[first], u_wd[first], u_wo[first] = extra[first], wd[first], wo[first]
         upd = learn & ~first
-        usual[upd] += a[upd] * (extra[upd] - usual[upd])
+        u_ex[upd] += a[upd] * (extra[upd] - u_ex[upd])
+        u_wd[upd] += a[upd] * (wd[upd] - u_wd[upd])
+        u_wo[upd] += a[upd] * (wo[upd] - u_wo[upd])
         age[learn] += dt
+        # the usual excess over the per-op baseline: at the baseline as it is now where that
+        # baseline sits far above its parallel slots' (above), else as learned over its past
+        far = self._far_envelope(topo, n, p2p) if not slow_net else np.zeros(n, bool)
+        usual = np.where(far, u_wd - self.base_dur[:n] * u_wo, u_ex)
         return np.where(p2p, np.clip(extra - np.nan_to_num(usual, nan=0.0), 0.0, None), extra)
+
+    def _far_envelope(self, topo: Topology, n: int, p2p: np.ndarray) -> np.ndarray:
+        """Per slot: a send or receive whose per-op envelope (``base_dur``) is over twice the lower
+        median of its parallel slots', three or more: the same role (sender or receiver), between
+        the same two groups (each rank's largest collective group below the whole job's: a
+        pipeline stage's tensor- or data-parallel group, whose members run the same schedule)."""
+        out = np.zeros(n, bool)
+        coll = (topo.ch_parent[topo.slot_ch[:n]] < 0) & (topo.ch_size[topo.slot_ch[:n]] < topo.world)
+        if not coll.any() or not p2p.any():
+            return out
+        size = topo.ch_size[topo.slot_ch[:n]]
+        cs = np.flatnonzero(coll)
+        order = cs[np.lexsort((-size[cs], topo.slot_rank[cs]))]
+        first = np.r_[True, topo.slot_rank[order][1:] != topo.slot_rank[order][:-1]]
+        g = np.full(topo.world, -1, np.int64)
+        g[topo.slot_rank[order[first]]] = topo.slot_ch[order[first]]
+        ps = np.flatnonzero(p2p)
+        off = topo.ch_off[topo.slot_ch[ps]]
+        role = ps - off
+        peer = topo.slot_rank[np.where(role == 0, off + 1, off)]
+        ga, gb = g[topo.slot_rank[ps]], g[peer]
+        env = self.base_dur[ps]
+        ok = (ga >= 0) & (gb >= 0) & np.isfinite(env)
+        ps, role, ga, gb, env = ps[ok], role[ok], ga[ok], gb[ok], env[ok]
+        if not ps.shape[0]:
+            return out
+        key = (ga << 33) | (gb << 1) | role
+        o = np.lexsort((env, key))
+        k_s, e_s = key[o], env[o]
+        starts = np.flatnonzero(np.r_[True, k_s[1:] != k_s[:-1]])
+        ends = np.r_[starts[1:], k_s.shape[0]]
+        med = e_s[(starts + ends - 1) // 2]  # lower median per key
+        cnt = ends - starts
+        idx = np.searchsorted(starts, np.arange(k_s.shape[0]), side="right") - 1
+        far_s = (cnt[idx] >= 3) & (e_s > 2.0 * med[idx])
+        out[ps[o[far_s]]] = True
+        return out
 
     @staticmethod
     def _follow(base: np.ndarray, x: np.ndarray, ok: np.ndarray, a: np.ndarray) -> None:

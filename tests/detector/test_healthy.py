@@ -160,3 +160,13 @@ def test_no_suspect_for_a_strong_rank_of_uneven_steps_over_the_drift() -> None:
     # 29 s here, a rank whose share of time inside ops swings by 0.1 from one analysis to the next
     sc = _healthy_at_30(DEEP, "data+", 9078, 30.0)
     assert [r.key for r in run_scenario(sc).reported] == []
+
+
+def test_no_suspect_where_a_pipeline_receive_s_envelope_is_near_its_mates() -> None:
+    # `bench/probe_healthy.py --wide`'s tp4pp2dp4 `data+` seed 3098, healthy. Rank 27's receive
+    # from rank 11 reads 0.3 s per window of waiting from the lag of its usual excess behind its
+    # envelope, as a straggler's can (test_kinds.py, its receive's envelope fell late), but that
+    # envelope is its mates' (14 ms against 14.5): read at the envelope as it is now there too,
+    # rank 27 lost the excuse in its uneven steps and was named at 23 s
+    sc = _healthy_at_30(Layout(tp=4, pp=2, dp=4), "data+", 3098, 30.0)
+    assert [r.key for r in run_scenario(sc).reported] == []

@@ -1274,3 +1274,22 @@ def test_a_stage_whose_pipeline_waited_on_a_slow_link_more_than_its_mates_is_not
     slow = {r.key for r in res.reported if r.kind == "noncomm_slow"}
     assert slow <= {"noncomm_slow:rank:24"}, [r.key for r in res.reported]
     assert res.latency[0] is not None, res.latency
+
+
+def test_a_middle_stage_straggler_whose_receive_envelope_fell_late_is_named(run) -> None:  # type: ignore[no-untyped-def]
+    # ``bench/probe_classes.py --seed 61208``'s straggler-004 (tp4pp4dp2 `first_step~`, 100/s): rank
+    # 17, the third stage of one pipeline, slows to 1.5x. Its receive from rank 9 had a per-op
+    # envelope still falling from the slow first step (6 ms, its mates' 1.3 ms) when its fault froze
+    # what it learns, and the usual excess learned over that envelope lagged the fall: its normal
+    # waits there read as 0.4 s in 4 s of waiting, its mates' none, and the victim test excused it
+    # throughout. Read at the envelope as it is now, the usual shows no such wait
+    res = run(
+        Layout(tp=4, pp=4, dp=2),
+        Fault("slow_compute", "rank", ranks=(17,), factor=1.5, onset=24.515560873324397),
+        rate=100.0,
+        profile=UNSEEN_PROFILES["first_step~"],
+        duration=60.0,
+        seed=61208004,
+    )
+    assert [r.key for r in res.reported] == ["noncomm_slow:rank:17"], [r.key for r in res.reported]
+    assert res.latency[0] is not None and res.latency[0] <= 12.0, res.latency
