@@ -984,36 +984,20 @@ class LatenessTracker:
         age[learn] += dt
         # the usual excess over the per-op baseline: at the baseline as it is now where that
         # baseline sits far above its parallel slots' (above), else as learned over its past
-        far = self._far_envelope(topo, n, p2p) if not slow_net else np.zeros(n, bool)
+        far = self._far_envelope(topo, n) if not slow_net else np.zeros(n, bool)
         usual = np.where(far, u_wd - self.base_dur[:n] * u_wo, u_ex)
         return np.where(p2p, np.clip(extra - np.nan_to_num(usual, nan=0.0), 0.0, None), extra)
 
-    def _far_envelope(self, topo: Topology, n: int, p2p: np.ndarray) -> np.ndarray:
+    def _far_envelope(self, topo: Topology, n: int) -> np.ndarray:
         """Per slot: a send or receive whose per-op envelope (``base_dur``) is over twice the lower
-        median of its parallel slots', three or more: the same role (sender or receiver), between
-        the same two groups (each rank's largest collective group below the whole job's: a
-        pipeline stage's tensor- or data-parallel group, whose members run the same schedule)."""
+        median of its parallel slots' (``Topology.p2p_parallel``), three or more."""
         out = np.zeros(n, bool)
-        coll = (topo.ch_parent[topo.slot_ch[:n]] < 0) & (topo.ch_size[topo.slot_ch[:n]] < topo.world)
-        if not coll.any() or not p2p.any():
-            return out
-        size = topo.ch_size[topo.slot_ch[:n]]
-        cs = np.flatnonzero(coll)
-        order = cs[np.lexsort((-size[cs], topo.slot_rank[cs]))]
-        first = np.r_[True, topo.slot_rank[order][1:] != topo.slot_rank[order][:-1]]
-        g = np.full(topo.world, -1, np.int64)
-        g[topo.slot_rank[order[first]]] = topo.slot_ch[order[first]]
-        ps = np.flatnonzero(p2p)
-        off = topo.ch_off[topo.slot_ch[ps]]
-        role = ps - off
-        peer = topo.slot_rank[np.where(role == 0, off + 1, off)]
-        ga, gb = g[topo.slot_rank[ps]], g[peer]
+        ps, key = topo.p2p_parallel(n)
         env = self.base_dur[ps]
-        ok = (ga >= 0) & (gb >= 0) & np.isfinite(env)
-        ps, role, ga, gb, env = ps[ok], role[ok], ga[ok], gb[ok], env[ok]
+        ok = np.isfinite(env)
+        ps, key, env = ps[ok], key[ok], env[ok]
         if not ps.shape[0]:
             return out
-        key = (ga << 33) | (gb << 1) | role
         o = np.lexsort((env, key))
         k_s, e_s = key[o], env[o]
         starts = np.flatnonzero(np.r_[True, k_s[1:] != k_s[:-1]])

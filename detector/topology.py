@@ -76,6 +76,7 @@ class Topology:
         self._places: dict[int, frozenset[Place]] = {}
         self._rank_slots: tuple[np.ndarray, np.ndarray] | None = None
         self._pipes: tuple[tuple[int, int], np.ndarray] | None = None
+        self._parallel: tuple[tuple[int, int, int], np.ndarray, np.ndarray] | None = None
         self._slot_index: tuple[np.ndarray, np.ndarray] | None = None
         self._rank_table: tuple[np.ndarray, np.ndarray] | None = None
         self._table_world = -1  # the world the table was built for (-1: build it again)
@@ -296,6 +297,32 @@ class Topology:
                 comp = new
         self._pipes = ((self.version, self.world), comp)
         return comp
+
+    def p2p_parallel(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Of the first ``n`` slots, the point-to-point ones whose ranks both have a collective
+        group below the whole job's, and per such slot a key its parallel slots share: the same
+        role (sender or receiver) between the same two groups (each rank's largest such group: a
+        pipeline stage's tensor- or data-parallel group, whose members run the same schedule)."""
+        tag = (self.version, self.world, n)
+        if self._parallel is not None and self._parallel[0] == tag:
+            return self._parallel[1], self._parallel[2]
+        ch = self.slot_ch[:n]
+        coll = (self.ch_parent[ch] < 0) & (self.ch_size[ch] < self.world)
+        size = self.ch_size[ch]
+        cs = np.flatnonzero(coll)
+        order = cs[np.lexsort((-size[cs], self.slot_rank[cs]))]
+        first = np.r_[True, self.slot_rank[order][1:] != self.slot_rank[order][:-1]] if order.shape[0] else order
+        g = np.full(self.world, -1, np.int64)
+        g[self.slot_rank[order[first]]] = ch[order[first]]
+        ps = np.flatnonzero(self.ch_parent[ch] >= 0)
+        off = self.ch_off[ch[ps]]
+        role = ps - off
+        peer = self.slot_rank[np.where(role == 0, off + 1, off)]
+        ga, gb = g[self.slot_rank[ps]], g[peer]
+        ok = (ga >= 0) & (gb >= 0)
+        ps, key = ps[ok], (ga[ok] << 33) | (gb[ok] << 1) | role[ok]
+        self._parallel = (tag, ps, key)
+        return ps, key
 
     def ch_whole(self) -> np.ndarray:
         """Per channel: a collective group of every rank of the job (the default group, its copies)."""
