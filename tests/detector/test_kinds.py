@@ -289,6 +289,19 @@ def test_a_straggler_in_a_job_whose_runs_between_saves_are_four_or_five_buckets_
     assert res.latency[0] is not None and res.latency[0] < 12.0, res.latency
 
 
+@pytest.mark.parametrize("faulty", [True, False])
+def test_a_mild_straggler_in_a_job_that_saves_after_every_second_of_steps(run, faulty) -> None:  # type: ignore[no-untyped-def]
+    # dp32 at 50/s in unseen's `checkpoint~` (5 s saves after every 30 steps of 40 ms): each run
+    # of steps began from the op count the run before left, decayed over ``stale_s`` at its end,
+    # and read half its rate; a 1.1x rank (1.05x of the job) showed a third of its excess and was
+    # never named (unseen-straggler_mild-003; this seed is our own). Read at the run's own rate
+    fault = (Fault("slow_compute", "rank", ranks=(13,), factor=1.1, onset=30.0),) if faulty else ()
+    res = run(
+        Layout(tp=1, pp=1, dp=32), *fault, rate=50.0, profile=UNSEEN_PROFILES["checkpoint~"], duration=60.0, seed=7105
+    )
+    assert {r.key for r in res.reported} == ({"noncomm_slow:rank:13"} if faulty else set())
+
+
 def test_one_straggler_far_over_its_threshold_does_not_make_its_node_slow() -> None:
     # dp16 at 10/s with GC pauses and saves: a 1.5x rank four times over its threshold, its seven
     # node-mates at -0.2 to 0.5 of theirs (three over a quarter, by chance): the node's mean of
