@@ -1032,6 +1032,19 @@ class JobDetector:
         # together, and one left a root alone for an analysis was named as a rank beside its node,
         # ``bench/probe_classes.py`` seed 8181, tp8dp4 `cpu_noise~`)
         root_nodes = Counter(int(topo.node_of[r]) for r in self._rank_held)
+        # ...and so does a node-mate as late in a group the root is late in (its evidence open, at
+        # three quarters of its threshold or more, as ``LatenessTracker`` weighs a rank at its
+        # evidence's cap): ranks of one node late together in one group are its node's lateness,
+        # for the node tests. In dp24 at 100/s, saving every 50 steps, the eight ranks of a 1.2x
+        # node were late by 0.054-0.061 s per s against thresholds of 0.06 once each run was read
+        # at its own rate; rank 8, just over, was a root while its mates flickered out and was
+        # named 1.5 s before its node (``test_a_slow_node_of_a_data_parallel_job_late_below_every_
+        # rank_s_threshold_is_the_node``). Not node-mates late in other groups: a straggler's
+        # tensor-parallel mates arrive late at their own data-parallel groups
+        for r in singles:
+            if r in self._rank_held and root_nodes[int(topo.node_of[r])] < 2 and roots[r].slots:
+                if self._mate_as_late(r, roots[r]):
+                    root_nodes[int(topo.node_of[r])] += 1
         # ...and one named alone on the short hold must be late in four in five of its recent
         # buckets, not three (``Straggler.steady``): a straggler is late at every step, a rank with
         # a cluster of GC pauses at a few of them (tp8dp8 at 30/s: three pauses in five steps made
@@ -1177,6 +1190,26 @@ class JobDetector:
         """
         ptr, slots_of = self.topo.rank_slots()
         return self.late.imposed_by(slots_of[ptr[r] : ptr[r + 1]])
+
+    def _mate_as_late(self, r: int, st: Straggler) -> bool:
+        """Whether another rank of r's node is as late (evidence open, at three quarters of its
+        threshold or more) in a group r is a root in (``st.slots``)."""
+        topo, late = self.topo, self.late
+        node = int(topo.node_of[r])
+        if node < 0:
+            return False
+        m = min(topo.n_slots, late.cusum.shape[0], late.ex_late.shape[0], late.thr.shape[0])
+        for ch in {int(topo.slot_ch[s]) for s in st.slots}:
+            lo, size = int(topo.ch_off[ch]), int(topo.ch_size[ch])
+            if lo + size > m:
+                continue
+            sl = slice(lo, lo + size)
+            members = topo.ch_members[ch]
+            mate = (topo.node_of[members] == node) & (members != r)
+            near = (late.cusum[sl] > 0) & (late.ex_late[sl] >= 0.75 * late.thr[sl])
+            if np.any(mate & near):
+                return True
+        return False
 
     def _imposed_where_late(self, r: int, st: Straggler) -> float:
         """``_imposed`` over the groups where the rank is a root (``Straggler.slots``); over all of
