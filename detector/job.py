@@ -26,7 +26,7 @@ from rankwatch.detector.cells import PENDING_DTYPE, CellTable, cell_key, cell_st
 from rankwatch.detector.config import DetectorConfig
 from rankwatch.detector.finding import Finding
 from rankwatch.detector.hangs import HangReport, ProgressTracker, StuckGroup
-from rankwatch.detector.lateness import RECENT_BUCKETS, LatenessTracker, Straggler
+from rankwatch.detector.lateness import RECENT_BUCKETS, LatenessTracker, Straggler, as_late
 from rankwatch.detector.liveness import Liveness
 from rankwatch.detector.localise import Culprit, localise
 from rankwatch.detector.topology import Topology
@@ -1192,8 +1192,8 @@ class JobDetector:
         return self.late.imposed_by(slots_of[ptr[r] : ptr[r + 1]])
 
     def _mate_as_late(self, r: int, st: Straggler) -> bool:
-        """Whether another rank of r's node is as late (evidence open, at three quarters of its
-        threshold or more) in a group r is a root in (``st.slots``)."""
+        """Whether another rank of r's node is as late (``as_late``) in a group r is a root in
+        (``st.slots``)."""
         topo, late = self.topo, self.late
         node = int(topo.node_of[r])
         if node < 0:
@@ -1206,8 +1206,7 @@ class JobDetector:
             sl = slice(lo, lo + size)
             members = topo.ch_members[ch]
             mate = (topo.node_of[members] == node) & (members != r)
-            near = (late.cusum[sl] > 0) & (late.ex_late[sl] >= 0.75 * late.thr[sl])
-            if np.any(mate & near):
+            if np.any(mate & as_late(late.cusum[sl], late.ex_late[sl], late.thr[sl])):
                 return True
         return False
 

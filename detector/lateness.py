@@ -45,6 +45,7 @@ _MIN_OPS = 8  # ...and at least this many ops in them
 _DENSE = 8  # buckets of ``_WIN`` with ops (or five or more side by side, a run of steps since the
 # last pause, once learned): a group that runs ops often (not in bursts a step apart)
 _RUN_MIN_BUCKETS = 2  # a run since a pause that spans this many buckets is read at its own rate
+_AS_LATE = 0.75  # a rank as late as another: its evidence open, at this share of its threshold or more
 _STAGE_WIN = 20  # buckets (8 s) the slow-stage test's share of time inside ops is read over...
 _STAGE_RAMP = 5  # ...weighted up and down over this many at either end (2 s): see ``_learn_extra``
 _STAGE_W = np.minimum(
@@ -66,6 +67,12 @@ class Straggler:
     paused: bool = False  # its groups have paused since it was found: no fresh evidence either way
     between: bool = False  # ...or, running, its group is between bursts (``LatenessTracker.between``)
     steady: bool = False  # late in four in five recent buckets of a group it is late in, not just three
+
+
+def as_late(cusum: np.ndarray, ex_late: np.ndarray, thr: np.ndarray) -> np.ndarray:
+    """Per slot: late as a root's node-mate is for the node tests (its evidence open, its excess at
+    ``_AS_LATE`` of its threshold or more)."""
+    return (cusum > 0) & (ex_late >= _AS_LATE * thr)
 
 
 def _median_taken(x: np.ndarray, cnt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -160,8 +167,9 @@ class LatenessTracker:
         self.ch_skip = np.zeros(0)  # per channel: seconds of pauses its clock has left out
         self.ch_first = np.full(0, np.inf)  # per channel: server time of its first analysed op
         self.ch_start = np.full(0, np.inf)  # ...and of the first of its run since its latest pause
-        self.ch_pre = np.zeros(0)  # per channel: the part of ``ch_ops`` from before its latest pause
-        self.ch_run0 = np.full(0, np.nan)  # per channel: server time of its first block since that pause
+        # per channel: the part of ``ch_ops`` from before its run since its latest pause, where that
+        # run is read at its own rate (``run_rate_now``); nan where not
+        self.ch_pre = np.full(0, np.nan)
         self._by_size: tuple[tuple[int, int, int], list[tuple[int, np.ndarray, np.ndarray]]] = ((-1, -1, -1), [])
         # results of the last ``analyse``
         self.late_rate = np.zeros(0)
@@ -207,8 +215,7 @@ class LatenessTracker:
         self.ch_skip = _grow(self.ch_skip, n_ch, 0.0)
         self.ch_first = _grow(self.ch_first, n_ch, np.inf)
         self.ch_start = _grow(self.ch_start, n_ch, np.inf)
-        self.ch_pre = _grow(self.ch_pre, n_ch, 0.0)
-        self.ch_run0 = _grow(self.ch_run0, n_ch, np.nan)
+        self.ch_pre = _grow(self.ch_pre, n_ch, np.nan)
         if n <= self.n:
             return
         for name in ("bl", "bd", "bo"):
@@ -294,12 +301,11 @@ class LatenessTracker:
             # the count held before it (``run_rate_now``: the ops after that block over the time
             # since it, which counts a group running a burst a step right, not its first burst
             # over no time)
-            self.ch_run0[:n_ch][gap > 0] = np.nan
+            self.ch_pre[:n_ch][gap > 0] = np.nan
             resumed = (gap > 0) & grown & brief
             if resumed.any():
                 back = np.flatnonzero(resumed)
                 self.ch_pre[back] = self.ch_ops[back]
-                self.ch_run0[back] = first[back]
                 lead = resumed[st.c_ch] & (st.c_t == first[st.c_ch])
                 w0 = np.exp(-np.clip(ref[st.c_ch[lead]] - st.c_t[lead], 0.0, None) / cfg.ops_tau_s)
                 self.ch_pre[:n_ch] += np.bincount(st.c_ch[lead], st.c_cnt[lead] * w0, n_ch)
@@ -453,7 +459,8 @@ class LatenessTracker:
         cfg = self.cfg
         ops = self.ch_ops[:n_ch]
         rate = ops / cfg.ops_tau_s
-        span = self.ch_new[:n_ch] - self.ch_run0[:n_ch]  # nan: no run since a pause
+        # (nan: not read so; ``ch_start`` is the run's first block's newest op)
+        span = np.where(np.isfinite(self.ch_pre[:n_ch]), self.ch_new[:n_ch] - self.ch_start[:n_ch], np.nan)
         young = np.flatnonzero(np.nan_to_num(span, nan=-1.0) >= _RUN_MIN_BUCKETS * cfg.bucket_s)
         if young.shape[0]:
             seen = -np.expm1(-span[young] / cfg.ops_tau_s)
@@ -831,13 +838,13 @@ class LatenessTracker:
         # was named as the one rank whose evidence had reached the cap: ``bench/probe_nodes.py``
         # seed 410)
         if not keep:
-            near = ex_late >= 0.75 * thr
+            near = ex_late >= _AS_LATE * thr
             sat = (cs >= cap) & near & steady
             if sat.any():
                 rank = topo.slot_rank[:n]
                 node_of = topo.node_of[: topo.world]  # -1: not known yet
                 alike = np.zeros(topo.world, bool)  # per rank
-                alike[rank[(cs > 0) & near]] = True
+                alike[rank[as_late(cs, ex_late, thr)]] = True
                 per_node = np.bincount(node_of[alike & (node_of >= 0)], minlength=len(topo.node_names))
                 node = node_of[rank]
                 sat &= (node < 0) | (per_node[np.maximum(node, 0)] - alike[rank] == 0)
