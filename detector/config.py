@@ -140,7 +140,8 @@ class DetectorConfig:
     average (at least ``node_share`` of the node's ranks by half that), while the group's other
     members are not, for ``mild_hold_s`` of fresh data, is a slow node: a slow node of a pure
     data-parallel job makes its ranks late together by less than the threshold any one of them
-    is judged by alone."""
+    is judged by alone. Where no group holds that share of a node's ranks (tp8dp4: one rank of
+    each node per data-parallel group), the same lines apply to its ranks across their groups."""
     analysis_slots_per_s: float = 250_000.0
     """Slowness analysis runs every (slots / this) seconds at most (a slot is one rank in one group)."""
     max_analysis_period_s: float = 4.0

@@ -1386,6 +1386,7 @@ class LatenessTracker:
                 node = int(node_at[k])
                 cond[node] = True
                 best.setdefault(node, np.flatnonzero(ok & (ch == c) & (sn == node)))
+        self._spread_nodes(topo, ok, z, need, cond, best)
         if frozen_ch is not None and frozen_ch.shape[0]:
             cond[np.unique(sn[frozen_ch[ch] & (sn >= 0)])] = False
         self._hold(run, gone, cond, dt)
@@ -1401,6 +1402,126 @@ class LatenessTracker:
                 )
                 st.slots.append(s)
                 out.setdefault(r, st)
+
+    def _spread_nodes(
+        self,
+        topo: Topology,
+        ok: np.ndarray,
+        z: np.ndarray,
+        need: np.ndarray,
+        cond: np.ndarray,
+        best: dict[int, np.ndarray],
+    ) -> None:
+        """The lean test of ``_lean_nodes`` for a node whose ranks sit one or two to a group.
+
+        In tp8dp4 a node is one tensor-parallel group and each of its ranks is in a data-parallel
+        group of one rank per node: no group holds ``node_share`` of its ranks. A 1.2x node there
+        made each of its eight ranks late in its own group by 0.4-0.8 of its threshold for 24 s,
+        the groups' other members not late, and nothing was named (``bench/probe_classes.py`` seed
+        61209, probe-straggler_node-000). So a node's slots in the groups where it holds fewer than
+        ``need`` of its ranks, and no more than half the group, are judged together, by the group
+        test's lines: late by ``node_lean`` of their thresholds on average (each counting at most
+        twice that), ``need`` of its ranks by half of it, no group it leans in with its lower median
+        at a quarter of it, its ranks less of their time inside ops than those groups' other
+        members, and few of its slots hot as victims. On fresh buckets only: a group that stopped
+        keeps its last judgement, and the ranks of a tp8dp8 node that a GC pause had held up stayed
+        late in it for seconds (heldout-two_stragglers-001's node 3, named a second before its own
+        straggler's onset). Not a pipeline stage's node (a stage before it or the schedule holds
+        all its ranks up at once; the stage test speaks for a slow stage), nor a node with a rank
+        standing out inside it (``_stands_out``: a straggler's tensor-parallel mates wait on it and
+        arrive late together).
+        """
+        cfg = self.cfg
+        line = cfg.node_lean
+        n, n_nodes = z.shape[0], cond.shape[0]
+        rank = topo.slot_rank[:n]
+        node_of = topo.node_of[: topo.world]
+        sn = node_of[rank]
+        ch = topo.slot_ch[:n]
+        lean = ok & (z >= 0.5 * line)
+        if not lean.any() or not self.d_in.shape[0]:
+            return
+        lr = np.zeros(topo.world, bool)
+        lr[rank[lean]] = True
+        cand = (np.bincount(node_of[lr & (node_of >= 0)], minlength=n_nodes) >= need) & ~cond
+        p2p = topo.ch_parent[ch] >= 0
+        cand[sn[p2p & (sn >= 0)]] = False
+        if not cand.any():
+            return
+        mine = ~p2p & (sn >= 0) & cand[np.maximum(sn, 0)]
+        at = np.flatnonzero(mine)
+        _, inv, cnt = np.unique(ch[at].astype(np.int64) * n_nodes + sn[at], return_inverse=True, return_counts=True)
+        k = cnt[inv]  # per slot: how many of its node's ranks share its group
+        use = np.zeros(n, bool)
+        use[at[(k < need[sn[at]]) & (2 * k <= topo.ch_size[ch[at]])]] = True
+        use &= ok
+        m = min(n, self.paused.shape[0])
+        use[:m] &= ~self.paused[:m] & ~self.between[:m]
+        if not use.any():
+            return
+        # the groups it leans in: their lower median must not lean too (the others late as well)
+        chs = np.unique(ch[use & lean])
+        size = topo.ch_size[chs].astype(np.int64)
+        rep = np.repeat(np.arange(chs.shape[0]), size)
+        start = np.cumsum(size) - size
+        idx = topo.ch_off[chs][rep] + np.arange(rep.shape[0]) - start[rep]
+        zz = np.where(ok[idx], z[idx], np.inf)
+        zs = zz[np.lexsort((zz, rep))]
+        n_ok = np.bincount(rep, ok[idx], chs.shape[0]).astype(np.int64)
+        med = np.where(n_ok > 0, zs[start + np.maximum(n_ok - 1, 0) // 2], np.inf)
+        bad_ch = np.zeros(topo.n_channels, bool)
+        bad_ch[chs[med >= 0.25 * line]] = True
+        bad = np.zeros(n_nodes, bool)
+        bad[sn[use & lean & bad_ch[ch]]] = True
+        # its ranks' share of time inside ops against the other members of the groups it is judged in
+        din = np.nan_to_num(self.d_in[rank], nan=0.0)
+        s_ch = np.bincount(ch[ok], din[ok], topo.n_channels)
+        c_ch = np.bincount(ch[ok], minlength=topo.n_channels).astype(np.float64)
+        pairs = np.unique(ch[use].astype(np.int64) * n_nodes + sn[use])
+        pc, pn = pairs // n_nodes, pairs % n_nodes
+        own = ok & mine
+        own &= np.isin(ch.astype(np.int64) * n_nodes + np.maximum(sn, 0), pairs)
+        off_s = np.bincount(pn, s_ch[pc], n_nodes) - np.bincount(sn[own], din[own], n_nodes)
+        off_c = np.bincount(pn, c_ch[pc], n_nodes) - np.bincount(sn[own], minlength=n_nodes)
+        n_use = np.bincount(sn[use], minlength=n_nodes)
+        din_node = np.bincount(sn[use], din[use], n_nodes) / np.maximum(n_use, 1)
+        din_off = off_s / np.maximum(off_c, 1)
+        lr[:] = False
+        lr[rank[use & lean]] = True
+        broad = np.bincount(node_of[lr & (node_of >= 0)], minlength=n_nodes)
+        zsum = np.bincount(sn[use], np.minimum(z[use], 2.0 * line), n_nodes)
+        vict = np.bincount(sn[use], self.hot[:n][use], n_nodes)
+        good = cand & (n_use > 0) & ~bad & (broad >= need) & (zsum >= line * n_use)
+        good &= (din_node < din_off) & (off_c > 0) & (4 * vict <= n_use)
+        if not good.any():
+            return
+        for node in np.flatnonzero(good).tolist():
+            if not self._stands_out(topo, node, float(self.ex_late[:n][use & (sn == node)].mean())):
+                cond[node] = True
+                best[node] = np.flatnonzero(use & (sn == node))
+
+    def _stands_out(self, topo: Topology, node: int, at_reduce: float) -> bool:
+        """Whether a rank of ``node`` is late inside it (in a group of its ranks only, a
+        tensor-parallel group) by half of ``at_reduce`` (s per s) or more over the group's median.
+
+        A straggler holds its tensor-parallel mates up, and they all reach their data-parallel
+        groups late. A 1.1x rank of tp8dp4 made its node's eight ranks late there by 0.02-0.03 s
+        per s (0.7-0.9 of their thresholds) while it was late inside the node by 0.05-0.06 and its
+        mates by nothing (probe seed 61206, straggler_mild-003); a slow node's ranks are late
+        inside it by noise only (0.01-0.03 against 0.09-0.1 at their reduces).
+        """
+        node_of = topo.node_of[: topo.world]
+        n = min(topo.n_slots, self.ex_late.shape[0])
+        mine = (node_of[topo.slot_rank[:n]] == node) & (topo.ch_parent[topo.slot_ch[:n]] < 0)
+        for c in np.unique(topo.slot_ch[:n][mine]).tolist():
+            lo, hi = int(topo.ch_off[c]), int(topo.ch_off[c] + topo.ch_size[c])
+            if hi - lo < 2 or bool((node_of[topo.slot_rank[lo:hi]] != node).any()):
+                continue
+            inside = self.ex_late[lo:hi]
+            inside = inside[np.isfinite(inside)]
+            if inside.shape[0] >= 2 and float(inside.max() - np.median(inside)) >= 0.5 * at_reduce:
+                return True
+        return False
 
     @staticmethod
     def _count_per_node(ranks: set[int], topo: Topology, n_nodes: int) -> np.ndarray:
