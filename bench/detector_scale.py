@@ -8,6 +8,7 @@ rank per second (default 100) for ``--seconds`` simulated seconds after ``--warm
 are not counted (groups being registered, baselines being learned).
 
     python bench/detector_scale.py --ranks 1024 8192 98304
+    python bench/detector_scale.py --ranks 98304 --pp 1     (tensor x data parallel, no pipeline)
 """
 
 from __future__ import annotations
@@ -21,17 +22,20 @@ from rankwatch.sim import PROFILES, Layout, Scenario, Workload
 from rankwatch.sim.stream import stream_blocks
 
 
-def layout_for(ranks: int) -> Layout:
-    """Data x tensor x pipeline for about ``ranks`` ranks: tp=8 per node, 8 pipeline stages."""
-    pp = 8 if ranks >= 512 else 2
+def layout_for(ranks: int, pp: int | None = None) -> Layout:
+    """Data x tensor x pipeline for about ``ranks`` ranks: tp=8 per node, 8 pipeline stages (2 under
+    512 ranks), or ``pp`` of them (1: tensor x data parallel, where a node is one tensor-parallel
+    group and no test leaves a pipeline stage's nodes to the stage test)."""
+    if pp is None:
+        pp = 8 if ranks >= 512 else 2
     dp = max(1, ranks // (8 * pp))
     return Layout(tp=8, pp=pp, dp=dp)
 
 
 def measure(
-    ranks: int, rate: float, seconds: float, warmup: float, agent_ranks: int, block_s: float
+    ranks: int, rate: float, seconds: float, warmup: float, agent_ranks: int, block_s: float, pp: int | None = None
 ) -> dict[str, float]:
-    lay = layout_for(ranks)
+    lay = layout_for(ranks, pp)
     sc = Scenario(
         "scale",
         layout=lay,
@@ -86,11 +90,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, default=12.0)
     ap.add_argument("--agent-ranks", type=int, default=1024)
     ap.add_argument("--block-s", type=float, default=0.64, help="about how long a block spans (0.64: 64 ops at 100/s)")
+    ap.add_argument(
+        "--pp", type=int, default=None, help="pipeline stages (default 8, 2 under 512 ranks; 1: tensor x data parallel)"
+    )
     args = ap.parse_args(argv)
+    if args.pp is not None and args.pp < 1:
+        ap.error("--pp must be 1 or more")
+    stages = "8 pipeline stages (2 under 512 ranks)" if args.pp is None else f"{args.pp} pipeline stage(s)"
     print(f"rate={args.rate:g} collectives/rank/s, blocks of ~{args.block_s}s, {args.agent_ranks} ranks per batch")
+    print(f"layout: tp=8 per node, {stages}")
     print("ranks     rows/s  batches/s  observe  evaluate  total CPU s per s of training  (suspects on a healthy job)")
     for n in args.ranks:
-        r = measure(n, args.rate, args.seconds, args.warmup, args.agent_ranks, args.block_s)
+        r = measure(n, args.rate, args.seconds, args.warmup, args.agent_ranks, args.block_s, args.pp)
         print(
             f"{r['ranks']:>6} {r['rows_per_s']:>10.0f} {r['batches_per_s']:>10.1f} {r['observe_s_per_s']:>8.3f} "
             f"{r['evaluate_s_per_s']:>9.3f} {r['total_s_per_s']:>9.3f}   ({r['findings']})",
