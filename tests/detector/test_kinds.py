@@ -1091,8 +1091,8 @@ def test_a_mild_straggler_of_a_node_that_is_one_group_is_not_its_node(run) -> No
 
 def test_a_node_held_up_by_a_gc_pause_is_not_named_on_the_judgement_its_groups_kept(run) -> None:  # type: ignore[no-untyped-def]
     # heldout-two_stragglers-001 (tp8dp8, GC pauses, 30/s): a GC pause held node 3's tensor-
-    # parallel group up at 21.5 s, and its data-parallel groups, stopped behind rank 10's 1.5x
-    # straggler, kept that lateness as their last judgement for seconds. Judged on it, the test
+    # parallel group up at 21.5 s, and its data-parallel groups, with no fresh buckets for seconds
+    # after it, kept that lateness as their last judgement. Judged on it, the test
     # for a node whose ranks sit one to a group named node 3 at 27.5 s, a second after its own
     # straggler's (rank 26, 1.3x) onset, and rank 26 was never named
     sc = next(s for s in build_suite("heldout") if s.name == "heldout-two_stragglers-001")
