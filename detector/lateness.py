@@ -1448,7 +1448,7 @@ class LatenessTracker:
         cand[sn[p2p & (sn >= 0)]] = False
         if not cand.any():
             return
-        mine = ~p2p & (sn >= 0) & cand[np.maximum(sn, 0)]
+        mine = (sn >= 0) & cand[np.maximum(sn, 0)]  # (a candidate has no slot in a pipeline's sends)
         at = np.flatnonzero(mine)
         _, inv, cnt = np.unique(ch[at].astype(np.int64) * n_nodes + sn[at], return_inverse=True, return_counts=True)
         k = cnt[inv]  # per slot: how many of its node's ranks share its group
@@ -1493,12 +1493,11 @@ class LatenessTracker:
         vict = np.bincount(sn[use], self.hot[:n][use], n_nodes)
         good = cand & (n_use > 0) & ~bad & (broad >= need) & (zsum >= line * n_use)
         good &= (din_node < din_off) & (off_c > 0) & (4 * vict <= n_use)
-        if not good.any():
-            return
         for node in np.flatnonzero(good).tolist():
-            if not self._stands_out(topo, node, float(self.ex_late[:n][use & (sn == node)].mean())):
+            its = np.flatnonzero(use & (sn == node))
+            if not self._stands_out(topo, node, float(self.ex_late[its].mean())):
                 cond[node] = True
-                best[node] = np.flatnonzero(use & (sn == node))
+                best[node] = its
 
     def _stands_out(self, topo: Topology, node: int, at_reduce: float) -> bool:
         """Whether a rank of ``node`` is late inside it (in a group of its ranks only, a
