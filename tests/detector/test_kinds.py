@@ -1276,6 +1276,22 @@ def test_a_second_straggler_down_the_pipeline_of_a_reported_one_is_named() -> No
     assert res.latency[1] is not None and res.latency[1] <= 15.0, res.latency
 
 
+def test_a_second_straggler_whose_mate_waited_along_its_own_pipeline_as_much_is_named() -> None:
+    # ``bench/probe_classes.py --seed 61208``'s two_stragglers-004 (tp2pp4dp2 `checkpoint~`, 10/s):
+    # rank 4 (stage 1) slows to 1.5x, rank 12, two stages further down the same pipeline, to 1.3x
+    # five seconds later. Rank 12 is late in its tensor-parallel group by 0.15-0.2 s of the
+    # window, and waits 0.3-0.45 s at its receives: more than one and a half times its lateness,
+    # which excused it outright at nearly every analysis, though its mate there (rank 13) waited
+    # 0.28-0.43 s at its own receives. What both waited is rank 4's delay passed along
+    lay = TP2PP4DP2
+    sc = _two_stragglers(
+        lay, Workload.for_rate(10.0, lay), UNSEEN_PROFILES["checkpoint~"], 4, 12, 29.270020895814717, 60.0, 61208504
+    )
+    res = run_scenario(sc)
+    assert sorted(r.key for r in res.reported) == ["noncomm_slow:rank:12", "noncomm_slow:rank:4"]
+    assert res.latency[1] is not None and res.latency[1] <= 15.0, res.latency
+
+
 def test_the_next_stage_of_a_reported_straggler_is_still_its_victim_where_its_mates_did_not_wait(run) -> None:  # type: ignore[no-untyped-def]
     # unseen-straggler_flap-002 (tp4pp4dp2 `everything~`, 200/s): rank 20 (stage 2) flaps 1.5x
     # slow. Rank 28, the next stage of its pipeline, waits on it at its receives and so reaches
