@@ -1257,38 +1257,34 @@ def test_a_slow_node_whose_ranks_flicker_out_of_the_roots_is_not_also_named_as_o
     assert res.latency[0] is not None and res.latency[0] <= 7.0, res.latency
 
 
-TP2PP4DP2 = Layout(tp=2, pp=4, dp=2)  # 16 ranks on 2 nodes: rank 7 is stage 1 and rank 15 stage 3 of one pipeline
+TP2PP4DP2 = Layout(tp=2, pp=4, dp=2)  # 16 ranks on 2 nodes: ranks 4 and 7 are stage 1, 12 and 15 stage 3
 
 
-def test_a_second_straggler_down_the_pipeline_of_a_reported_one_is_named() -> None:
-    # ``bench/probe_classes.py --seed 61209``'s two_stragglers-002 (tp2pp4dp2 `gc~`, 10/s): rank 7
-    # slows to 1.5x, rank 15, two stages further down the same pipeline, to 1.3x five seconds
-    # later. Rank 15 is late in its tensor-parallel group, but it also waits 0.1 of its time more
-    # at its receives (the pipeline passes rank 7's delay along), and that rise in its share
-    # inside ops excused it as a victim at every other analysis: never named in 30 s. Its mate
-    # there waits as much along its own pipeline, so those waits are rank 7's doing, not its own
+@pytest.mark.parametrize(
+    ("profile", "first", "second", "onset", "seed"),
+    [
+        # ``bench/probe_classes.py --seed 61209``'s two_stragglers-002 (tp2pp4dp2 `gc~`, 10/s): rank
+        # 7 slows to 1.5x, rank 15, two stages further down the same pipeline, to 1.3x five seconds
+        # later. Rank 15 is late in its tensor-parallel group, but it also waits 0.1 of its time
+        # more at its receives (the pipeline passes rank 7's delay along), and that rise in its
+        # share inside ops excused it as a victim at every other analysis: never named in 30 s. Its
+        # mate there waits as much along its own pipeline, so those waits are rank 7's doing
+        pytest.param("gc~", 7, 15, 25.132237357684165, 61209502, id="excused-by-its-share-inside-ops"),
+        # ``bench/probe_classes.py --seed 61208``'s two_stragglers-004 (tp2pp4dp2 `checkpoint~`, 10/s):
+        # rank 4 (stage 1) 1.5x, rank 12 (stage 3 of the same pipeline) 1.3x. Rank 12 is late in
+        # its tensor-parallel group by 0.15-0.2 s of the window and waits 0.3-0.45 s at its
+        # receives: more than one and a half times its lateness, which excused it outright at
+        # nearly every analysis, though its mate there (rank 13) waited 0.28-0.43 s at its own
+        pytest.param("checkpoint~", 4, 12, 29.270020895814717, 61208504, id="excused-outright"),
+    ],
+)
+def test_a_second_straggler_down_the_pipeline_of_a_reported_one_is_named(
+    profile: str, first: int, second: int, onset: float, seed: int
+) -> None:
     lay = TP2PP4DP2
-    sc = _two_stragglers(
-        lay, Workload.for_rate(10.0, lay), UNSEEN_PROFILES["gc~"], 7, 15, 25.132237357684165, 60.0, 61209502
-    )
+    sc = _two_stragglers(lay, Workload.for_rate(10.0, lay), UNSEEN_PROFILES[profile], first, second, onset, 60.0, seed)
     res = run_scenario(sc)
-    assert sorted(r.key for r in res.reported) == ["noncomm_slow:rank:15", "noncomm_slow:rank:7"]
-    assert res.latency[1] is not None and res.latency[1] <= 15.0, res.latency
-
-
-def test_a_second_straggler_whose_mate_waited_along_its_own_pipeline_as_much_is_named() -> None:
-    # ``bench/probe_classes.py --seed 61208``'s two_stragglers-004 (tp2pp4dp2 `checkpoint~`, 10/s):
-    # rank 4 (stage 1) slows to 1.5x, rank 12, two stages further down the same pipeline, to 1.3x
-    # five seconds later. Rank 12 is late in its tensor-parallel group by 0.15-0.2 s of the
-    # window, and waits 0.3-0.45 s at its receives: more than one and a half times its lateness,
-    # which excused it outright at nearly every analysis, though its mate there (rank 13) waited
-    # 0.28-0.43 s at its own receives. What both waited is rank 4's delay passed along
-    lay = TP2PP4DP2
-    sc = _two_stragglers(
-        lay, Workload.for_rate(10.0, lay), UNSEEN_PROFILES["checkpoint~"], 4, 12, 29.270020895814717, 60.0, 61208504
-    )
-    res = run_scenario(sc)
-    assert sorted(r.key for r in res.reported) == ["noncomm_slow:rank:12", "noncomm_slow:rank:4"]
+    assert sorted(r.key for r in res.reported) == sorted([f"noncomm_slow:rank:{first}", f"noncomm_slow:rank:{second}"])
     assert res.latency[1] is not None and res.latency[1] <= 15.0, res.latency
 
 
