@@ -1741,11 +1741,11 @@ class LatenessTracker:
             ]
             if second == "in":
                 on_other = np.append(on_other, s)
-            # what its mates here waited at their own sends and receives as well, where a straggler
-            # already reported sits on its pipeline (the outright test below)
+            # what its mates here (a collective group) waited at their own sends and receives as
+            # well, where a straggler already reported sits on its pipeline (the outright test below)
             shared_x = 0.0
             kept_pipe = bool(pipe_kept) and r not in keep and int(pipe[r]) in pipe_kept
-            if kept_pipe:
+            if kept_pipe and not p2p_slot[s]:
                 lo, size = int(topo.ch_off[topo.slot_ch[s]]), int(topo.ch_size[topo.slot_ch[s]])
                 mates = [int(topo.slot_rank[b]) for b in range(lo, lo + size) if b != s]
                 if mates:
