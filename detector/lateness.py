@@ -1679,16 +1679,22 @@ class LatenessTracker:
         pipe_slow = {int(pipe[q]) for q in slow_p2p.tolist()}
         p2p_slot = topo.ch_parent[topo.slot_ch] >= 0
 
-        def p2p_wait(q: int) -> float:
-            """Rank ``q``'s share of time inside its sends and receives over its usual (waits only)."""
+        def on_p2p(q: int, x: np.ndarray) -> float:
+            """Rank ``q``'s ``x`` (per slot: its share's change, or its extra seconds) at its sends
+            and receives, over its usual only (clipped at 0)."""
             sl = slots_of[ptr[q] : ptr[q + 1]]
-            sl = sl[p2p_slot[sl] & (sl < self.d_slot.shape[0])]
-            return float(np.clip(self.d_slot[sl], 0.0, None).sum())
+            sl = sl[p2p_slot[sl] & (sl < x.shape[0])]
+            return float(np.clip(x[sl], 0.0, None).sum())
 
-        def p2p_extra(q: int) -> float:
-            """Rank ``q``'s extra seconds inside its sends and receives, over the common recent window."""
-            sl = slots_of[ptr[q] : ptr[q + 1]]
-            return float(np.clip(extra[sl[p2p_slot[sl]]], 0.0, None).sum())
+        def mates_of(s: int) -> list[int]:
+            """The other members of slot ``s``'s group."""
+            lo, size = int(topo.ch_off[topo.slot_ch[s]]), int(topo.ch_size[topo.slot_ch[s]])
+            return [int(topo.slot_rank[b]) for b in range(lo, lo + size) if b != s]
+
+        def shared_p2p(r: int, mates: list[int], x: np.ndarray) -> float:
+            """What rank ``r`` spent at its sends and receives that its ``mates`` spent at theirs as
+            well: the least of its own and their median."""
+            return min(on_p2p(r, x), float(np.median([on_p2p(q, x) for q in mates])))
 
         def root_in(ch: int, than: float) -> bool:
             """A member of group ``ch`` later than ``than`` there is a root."""
@@ -1745,11 +1751,8 @@ class LatenessTracker:
             # well, where a straggler already reported sits on its pipeline (the outright test below)
             shared_x = 0.0
             kept_pipe = bool(pipe_kept) and r not in keep and int(pipe[r]) in pipe_kept
-            if kept_pipe and not p2p_slot[s]:
-                lo, size = int(topo.ch_off[topo.slot_ch[s]]), int(topo.ch_size[topo.slot_ch[s]])
-                mates = [int(topo.slot_rank[b]) for b in range(lo, lo + size) if b != s]
-                if mates:
-                    shared_x = min(p2p_extra(r), float(np.median([p2p_extra(q) for q in mates])))
+            if kept_pipe and not p2p_slot[s] and (mates := mates_of(s)):
+                shared_x = shared_p2p(r, mates, extra)
             if kept_pipe and float(rel[s]) < 0.2 * late_s:
                 # ...nor, at its pipeline's sends and receives, on a straggler already reported in
                 # the same pipeline, where its mates here waited elsewhere about as much: the stages
@@ -1770,10 +1773,9 @@ class LatenessTracker:
                 # fresh-slow_rnic-003, rank 13), and only what its mates waited there as well:
                 # what a member waited beyond them is what made it late (taken out whole, a first
                 # stage that waited more than the other replica's was named a slow node)
-                lo, size = int(topo.ch_off[topo.slot_ch[s]]), int(topo.ch_size[topo.slot_ch[s]])
-                mates = [int(topo.slot_rank[b]) for b in range(lo, lo + size) if b != s]
+                mates = mates_of(s)
                 if mates and all(int(pipe[q]) in pipe_slow for q in mates):
-                    d_in -= min(p2p_wait(r), float(np.median([p2p_wait(q) for q in mates])))
+                    d_in -= shared_p2p(r, mates, self.d_slot)
             if on_other.shape[0]:
                 d_in -= float(np.clip(self.d_slot[on_other], 0.0, None).sum())
             skewed = mine[skew[mine]]  # ...nor does waiting at a save's barrier (above)
