@@ -7,7 +7,10 @@ given layouts, with the tuning split's profiles (or, ``--profiles``, heldout's o
 stronger and other jitter) and its 10 and 100 collectives per rank per second, from ``--seed``.
 Prints every run with a miss or a false suspect (with how much slower the fault made the job),
 then the totals. Misses count every fault; "required" leaves out those the evaluation does not
-require (slow faults costing the job under 1.03x).
+require (slow faults costing the job under 1.03x). Last, the issue's latency bar over the probe's
+slowdowns of 1.2x and worse (stragglers and slow transfers found): median, 95th percentile and the
+share named within 3 s or 3 training steps, whichever is longer, as the evaluation's table counts
+them; a sample some fifteen times a split's.
 
 python bench/probe_classes.py --layouts tp4pp2dp4 tp2pp4dp2 --seed 5151 --per-class 5 --workers 2
 """
@@ -33,6 +36,7 @@ PROFILE_SETS: dict[str, list[Profile]] = {
     "unseen": list(UNSEEN_PROFILES.values()),
 }
 RATES = (10.0, 100.0)
+SLOW_KINDS = ("noncomm_slow", "comm_slow")
 
 
 def _layout(name: str) -> Layout:
@@ -64,12 +68,24 @@ def _scenarios(layouts: list[str], seed: int, per_class: int, profiles: str = "t
     return out
 
 
-def _one(sc: Scenario) -> tuple[str, str, list[tuple[str, float]], int, int, int, float | None]:
+Run = tuple[str, str, list[tuple[str, float]], int, int, int, float | None, list[tuple[str, float, float]]]
+
+
+def _one(sc: Scenario) -> Run:
     r = run_scenario(sc)
     false = [(x.key, round(x.first, 1)) for x in r.false_suspects]
     missed = [i for i, x in enumerate(r.latency) if x is None]
     required = sum(1 for i in missed if _required(r, i))
-    return sc.name, "/".join(sc.tags[:3]), false, len(missed), required, len(r.latency), r.true_slowdown
+    # the required slow faults of 1.2x and worse that were found: kind, latency, the bar it had
+    strong = [
+        (e.kind, float(x), max(3.0, 3.0 * r.step_s))
+        for i, e in enumerate(r.expected)
+        if e.kind in SLOW_KINDS
+        and (x := r.latency[i]) is not None
+        and _required(r, i)
+        and (r.true_slowdown or 0.0) >= 1.2
+    ]
+    return sc.name, "/".join(sc.tags[:3]), false, len(missed), required, len(r.latency), r.true_slowdown, strong
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     scs = _scenarios(args.layouts, args.seed, args.per_class, args.profiles)
     runs = false = missed = required = faults = 0
+    strong: list[tuple[str, float, float]] = []
     with ProcessPoolExecutor(max(1, args.workers)) as pool:
-        for name, tags, bad, miss, req, n, job in pool.map(_one, scs):
+        for name, tags, bad, miss, req, n, job, found in pool.map(_one, scs):
+            strong += found
             runs += 1
             false += len(bad)
             missed += miss
@@ -93,6 +111,16 @@ def main(argv: list[str] | None = None) -> int:
                 cost = "job ?" if job is None else f"job {job:.3f}x"
                 print(f"{name:<34} {tags:<28} missed {miss} of {n} ({req} required, {cost}), false {bad}")
     print(f"runs {runs}: faults {faults}, missed {missed} ({required} of them required); false suspects {false}")
+    for kind in SLOW_KINDS:
+        lat = np.array([x for k, x, _ in strong if k == kind])
+        bar = np.array([x <= b for k, x, b in strong if k == kind])
+        if lat.shape[0]:
+            print(
+                f"{kind} of 1.2x and worse: {lat.shape[0]} found, latency median {np.median(lat):.1f} s, "
+                f"p95 {np.percentile(lat, 95):.1f} s, within 3 s / 3 steps {bar.mean():.0%}"
+            )
+        else:
+            print(f"{kind} of 1.2x and worse: none found")
     return 0
 
 
