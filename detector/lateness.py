@@ -1696,6 +1696,11 @@ class LatenessTracker:
             well: the least of its own and their median."""
             return min(on_p2p(r, x), float(np.median([on_p2p(q, x) for q in mates])))
 
+        def on_node(r: int, mates: list[int]) -> bool:
+            """Rank ``r``'s ``mates`` are all on its node (known)."""
+            n = int(topo.node_of[r])
+            return n >= 0 and all(int(topo.node_of[q]) == n for q in mates)
+
         def root_in(ch: int, than: float) -> bool:
             """A member of group ``ch`` later than ``than`` there is a root."""
             lo, size = int(topo.ch_off[ch]), int(topo.ch_size[ch])
@@ -1748,10 +1753,12 @@ class LatenessTracker:
             if second == "in":
                 on_other = np.append(on_other, s)
             # what its mates here (a collective group) waited at their own sends and receives as
-            # well, where a straggler already reported sits on its pipeline (the outright test below)
+            # well, where a straggler already reported sits on its pipeline, or where they share its
+            # node (a tensor-parallel group: one stage's shards, whose pipelines move in step at each
+            # of its ops), for the outright test below
             shared_x = 0.0
             kept_pipe = bool(pipe_kept) and r not in keep and int(pipe[r]) in pipe_kept
-            if kept_pipe and not p2p_slot[s] and (mates := mates_of(s)):
+            if not p2p_slot[s] and (mates := mates_of(s)) and (kept_pipe or on_node(r, mates)):
                 shared_x = shared_p2p(r, mates, extra)
             if kept_pipe and float(rel[s]) < 0.2 * late_s:
                 # ...nor, at its pipeline's sends and receives, on a straggler already reported in
@@ -1831,7 +1838,16 @@ class LatenessTracker:
                 # never named). Only what they share, as for a slow link above: the next stage of a
                 # reported straggler, late at its data-parallel reduce where the other replica waited
                 # on nobody, is to stay its victim (taking out the whole of its own waits instead
-                # printed the same on every split and probe it was run on: no test pins the bound)
+                # printed the same on every split and probe it was run on: no test pins the bound).
+                # Nor, likewise, where its mates here share its node, whether or not a straggler is
+                # reported: two stragglers of one pipeline each wait along it for the other (with one
+                # microbatch every stage waits for all the others), and each was excused outright by
+                # 0.25-0.9 s of the window elsewhere against a lateness of 0.15-0.3 s, most of it
+                # waits along the pipeline that its tensor-parallel mate had as well: the first named
+                # 24.6 s after its onset, the second never. Not across nodes: a data-parallel group's
+                # mates there are other replicas, whose waits along their own pipelines are not its
+                # (taken out there, a stage waiting on the next stage's second straggler fell under
+                # the test and its node was named)
                 others = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & ~hot[mine]]
                 waited = others[
                     (late_in_ch[topo.slot_ch[others]] - late_member[others] > 0) & (extra[others] > 0.2 * late_s)

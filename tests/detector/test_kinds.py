@@ -1288,6 +1288,34 @@ def test_a_second_straggler_down_the_pipeline_of_a_reported_one_is_named(
     assert res.latency[1] is not None and res.latency[1] <= 15.0, res.latency
 
 
+def test_two_stragglers_of_one_pipeline_that_make_each_other_wait_are_both_named() -> None:
+    # ``bench/probe_classes.py --seed 61206``'s two_stragglers-004 (tp2pp4dp2 `everything~`, 10/s):
+    # rank 7 (stage 1) slows to 1.5x, rank 15 (stage 3 of the same pipeline) to 1.3x five seconds
+    # later. With one microbatch every stage waits for all the others, so each waited at its
+    # sends and receives behind the other, 0.3-0.9 s of the window against a lateness of 0.2-0.3
+    # s in its tensor-parallel group, and was excused outright, though its mate there waited as
+    # much along its own pipeline: rank 7 named 24.6 s after its onset, rank 15 never
+    lay = TP2PP4DP2
+    sc = _two_stragglers(
+        lay, Workload.for_rate(10.0, lay), UNSEEN_PROFILES["everything~"], 7, 15, 23.874322423565864, 60.0, 61206504
+    )
+    res = run_scenario(sc)
+    assert sorted(r.key for r in res.reported) == ["noncomm_slow:rank:15", "noncomm_slow:rank:7"]
+    assert res.latency[0] is not None and res.latency[0] <= 12.0, res.latency
+
+
+def test_a_stage_behind_a_second_straggler_keeps_its_waits_that_other_replicas_did_not_share() -> None:
+    # unseen-two_stragglers-001 (tp8pp2dp4 `gc~`, 50/s): node 2, stage 0 of the replica whose stage
+    # 1 holds the second straggler (rank 50, 1.3x), waits on it at its receives and reaches its
+    # data-parallel reduces late. Its mates there are the other replicas' first stages: taking out
+    # of its waits what they waited along their own pipelines as well (up to 0.23 s of the window)
+    # left its ranks short of the outright victim test, and node 2 was named at 29.0 s
+    sc = next(s for s in build_suite("unseen") if s.name == "unseen-two_stragglers-001")
+    res = run_scenario(sc)
+    assert [r.key for r in res.false_suspects] == []
+    assert None not in res.latency
+
+
 def test_the_next_stage_of_a_reported_straggler_is_still_its_victim_where_its_mates_did_not_wait(run) -> None:  # type: ignore[no-untyped-def]
     # unseen-straggler_flap-002 (tp4pp4dp2 `everything~`, 200/s): rank 20 (stage 2) flaps 1.5x
     # slow. Rank 28, the next stage of its pipeline, waits on it at its receives and so reaches
