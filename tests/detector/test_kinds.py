@@ -1309,7 +1309,8 @@ def test_a_stage_behind_a_second_straggler_keeps_its_waits_that_other_replicas_d
     # 1 holds the second straggler (rank 50, 1.3x), waits on it at its receives and reaches its
     # data-parallel reduces late. Its mates there are the other replicas' first stages: taking out
     # of its waits what they waited along their own pipelines as well (up to 0.23 s of the window)
-    # left its ranks short of the outright victim test, and node 2 was named at 29.0 s
+    # left one more of its ranks short of the outright victim test at 29.0 s, with five of the eight
+    # roots already, and node 2 was named
     sc = next(s for s in build_suite("unseen") if s.name == "unseen-two_stragglers-001")
     res = run_scenario(sc)
     assert [r.key for r in res.false_suspects] == []
