@@ -26,7 +26,7 @@ import numpy as np
 
 from rankwatch.detector.evaluate import _required, run_scenario
 from rankwatch.sim import PROFILES, Layout, Profile, Scenario
-from rankwatch.sim.suite import FAULT_CLASSES, HELDOUT_PROFILES, UNSEEN_PROFILES, _faults_for, _scenario
+from rankwatch.sim.suite import FAULT_CLASSES, HELDOUT_PROFILES, UNSEEN_PROFILES, _faults_for, _onset, _scenario
 
 TUNE_PROFILES = ("quiet", "cpu_noise", "gc", "first_step", "checkpoint", "data", "everything")
 # the jitter profiles a probe may draw from: the tuning split's, or those of heldout or unseen
@@ -59,7 +59,7 @@ def _scenarios(layouts: list[str], seed: int, per_class: int, profiles: str = "t
             lay = _layout(name)
             rate = float(rng.choice(RATES))
             prof = profs[int(rng.integers(len(profs)))]
-            faults = _faults_for(cls, lay, rng, float(rng.uniform(22.0, 32.0)), rate)
+            faults = _faults_for(cls, lay, rng, _onset(rng, lay, rate), rate)
             if faults is None:
                 continue
             sid = seed * 1000 + 100 * FAULT_CLASSES.index(cls) + made

@@ -24,7 +24,7 @@ import numpy as np
 
 from rankwatch.detector.evaluate import _required, run_scenario
 from rankwatch.sim import PROFILES, Layout, Scenario
-from rankwatch.sim.suite import HELDOUT_PROFILES, UNSEEN_PROFILES, _faults_for, _scenario
+from rankwatch.sim.suite import HELDOUT_PROFILES, UNSEEN_PROFILES, _faults_for, _onset, _scenario
 
 PROFS = (
     PROFILES["checkpoint"],
@@ -56,7 +56,7 @@ def _scenarios(seed: int, per_class: int, classes: tuple[str, ...] = CLASSES, he
             lay = LAYOUTS[name]
             rate = float(rng.choice(RATES))
             prof = PROFS[int(rng.integers(len(PROFS)))]
-            faults = () if cls == "healthy" else _faults_for(cls, lay, rng, float(rng.uniform(22.0, 32.0)), rate)
+            faults = () if cls == "healthy" else _faults_for(cls, lay, rng, _onset(rng, lay, rate), rate)
             if faults is None or cls not in classes:
                 continue
             out.append(

@@ -132,6 +132,17 @@ _UNSEEN_RATES = (50.0, 200.0)
 _SEALED_RATES = (20.0, 150.0)
 
 
+def _big(lay: Layout, rate: float) -> bool:
+    """A job simulated for less time (costly to simulate: many ranks, or many ops a second)."""
+    return rate >= 500 or lay.world >= 64
+
+
+def _onset(rng: np.random.Generator, lay: Layout, rate: float) -> float:
+    """A fault's onset: 22-32 s into the run, or 18-22 s into the shorter run of a big job, so
+    that at least 18 s of it follow the fault (a hang has 15 s to be named)."""
+    return float(rng.uniform(18.0, 22.0)) if _big(lay, rate) else float(rng.uniform(22.0, 32.0))
+
+
 def _scenario(
     name: str,
     lay_name: str,
@@ -144,7 +155,7 @@ def _scenario(
     duration: float | None = None,
 ) -> Scenario:
     if duration is None:
-        big = rate >= 500 or lay.world >= 64
+        big = _big(lay, rate)
         duration = (40.0 if big else 60.0) if faults else (45.0 if big else 120.0)
     return Scenario(
         name=name,
@@ -361,8 +372,7 @@ def build_suite(split: str = "tune", *, per_class: int | None = None, healthy: i
         while made < per_class and tries < 50 * per_class:
             tries += 1
             ln, lay, rate, prof = draw(made % 4 == 3)
-            onset = float(rng.uniform(22.0, 32.0)) if rate < 500 and lay.world < 64 else float(rng.uniform(18.0, 22.0))
-            faults = _faults_for(cls, lay, rng, onset, rate)
+            faults = _faults_for(cls, lay, rng, _onset(rng, lay, rate), rate)
             if faults is None:
                 continue
             seed = seed0 + 20_000 + 100 * FAULT_CLASSES.index(cls) + made
