@@ -1696,11 +1696,6 @@ class LatenessTracker:
             well: the least of its own and their median."""
             return min(on_p2p(r, x), float(np.median([on_p2p(q, x) for q in mates])))
 
-        def on_node(r: int, mates: list[int]) -> bool:
-            """Rank ``r``'s ``mates`` are all on its node (known)."""
-            n = int(topo.node_of[r])
-            return n >= 0 and all(int(topo.node_of[q]) == n for q in mates)
-
         def root_in(ch: int, than: float) -> bool:
             """A member of group ``ch`` later than ``than`` there is a root."""
             lo, size = int(topo.ch_off[ch]), int(topo.ch_size[ch])
@@ -1758,7 +1753,7 @@ class LatenessTracker:
             # of its ops), for the outright test below
             shared_x = 0.0
             kept_pipe = bool(pipe_kept) and r not in keep and int(pipe[r]) in pipe_kept
-            if not p2p_slot[s] and (mates := mates_of(s)) and (kept_pipe or on_node(r, mates)):
+            if not p2p_slot[s] and (mates := mates_of(s)) and (kept_pipe or not cross[s]):
                 shared_x = shared_p2p(r, mates, extra)
             if kept_pipe and float(rel[s]) < 0.2 * late_s:
                 # ...nor, at its pipeline's sends and receives, on a straggler already reported in
