@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from rankwatch.detector.evaluate import _required, run_scenario
+from rankwatch.detector.evaluate import _bar, _required, run_scenario
 from rankwatch.sim import PROFILES, Layout, Profile, Scenario
 from rankwatch.sim.suite import FAULT_CLASSES, HELDOUT_PROFILES, UNSEEN_PROFILES, _faults_for, _onset, _scenario
 
@@ -78,12 +78,12 @@ def _one(sc: Scenario) -> Run:
     required = sum(1 for i in missed if _required(r, i))
     # the required slow faults of 1.2x and worse that were found: kind, latency, the bar it had
     strong = [
-        (e.kind, float(x), max(3.0, 3.0 * r.step_s))
+        (e.kind, float(x), bar)
         for i, e in enumerate(r.expected)
         if e.kind in SLOW_KINDS
         and (x := r.latency[i]) is not None
         and _required(r, i)
-        and (r.true_slowdown or 0.0) >= 1.2
+        and (bar := _bar(r, True)) is not None
     ]
     return sc.name, "/".join(sc.tags[:3]), false, len(missed), required, len(r.latency), r.true_slowdown, strong
 

@@ -269,6 +269,17 @@ def _required(res: ScenarioResult, i: int) -> bool:
     return res.true_slowdown is None or res.true_slowdown >= OPTIONAL_BELOW
 
 
+def _bar(res: ScenarioResult, slow: bool) -> float | None:
+    """The issue's latency bar for a fault of this run, in seconds: a slowdown of 1.2x or worse
+    within 3 s or 3 training steps, whichever is longer; a hang (or a dead rank) within 15 s.
+    None for a slowdown under 1.2x, which the bar does not time."""
+    if not slow:
+        return 15.0
+    if (res.true_slowdown or 0.0) < 1.2:
+        return None
+    return max(3.0, 3.0 * res.step_s)
+
+
 @dataclass(slots=True)
 class SuiteReport:
     split: str
@@ -286,15 +297,14 @@ class SuiteReport:
             right = [r for r in reps if r.match >= 0]
             lat = [float(x) for res, i in faults if (x := res.latency[i]) is not None]
             slow = kind in ("noncomm_slow", "comm_slow")
+            # the issue's bar (median within it)
             strong_res = [
-                (res, float(x))
+                (float(x), bar)
                 for res, i in faults
-                if (x := res.latency[i]) is not None and (not slow or (res.true_slowdown or 0.0) >= 1.2)
+                if (x := res.latency[i]) is not None and (bar := _bar(res, slow)) is not None
             ]
-            strong = [x for _, x in strong_res]
-            # the issue's bar: a slowdown of 1.2x or worse named within 3 s or 3 training steps,
-            # whichever is longer (median), a hang (or a dead rank) within 15 s
-            in_bar = [x <= (max(3.0, 3.0 * res.step_s) if slow else 15.0) for res, x in strong_res]
+            strong = [x for x, _ in strong_res]
+            in_bar = [x <= bar for x, bar in strong_res]
             found = sum(1 for res, i in faults if res.latency[i] is not None)
             res_checks = [res.resolved[i] for res, i in faults if res.resolved[i] is not None]
             out.append(
