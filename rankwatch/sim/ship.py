@@ -111,6 +111,7 @@ class RankShippers:
                     self.final_state[r] = ("goodbye", "destroy_process_group")
         self.done = np.zeros(world, bool)
         self.batch_no = np.zeros(world, np.int64)
+        self.arrived = np.full(world, -np.inf)  # when each rank's latest batch reached the collector
         self.buf = OpChunk.concat([])
         self.buf_lgi = np.zeros(0, np.int64)
 
@@ -241,7 +242,16 @@ class RankShippers:
             else:
                 header["stack"] = STACK_SAVE
         latency = sc.profile.net_latency_s * float(self.rng.lognormal(0.0, 0.5))
-        return Delivery(ts + latency, Batch(header=header, records=records))
+        # a rank ships its batches one at a time, in order (``hooks.shipper``: one send lock), so
+        # one sent while the one before is still on its way leaves once that one has arrived.
+        # Drawn apart, a last batch sent a few ms after a regular one could come in first: the
+        # regular one then set the rank running again, and its silence named it dead (a crashed
+        # rank 5 s late, not at once: fresh-crash-000; a rank the launcher killed, beside the
+        # crash: ``bench/probe_classes.py`` seed 61206, crash-002). The collector would have
+        # dropped the overtaken batch as a retry (``JobState.is_duplicate``)
+        at = max(ts, float(self.arrived[r])) + latency
+        self.arrived[r] = at
+        return Delivery(at, Batch(header=header, records=records))
 
 
 def deliveries(sc: Scenario, step_ends: list[float] | None = None) -> Iterator[Delivery]:

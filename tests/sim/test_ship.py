@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from rankwatch.sim import Fault, Layout, Scenario, Workload, deliveries
+from rankwatch.sim.scenario import PROFILES
 from rankwatch.wire import OpKind, decode_batch, encode_batch
 
 LAY = Layout(tp=2, pp=2, dp=2)
@@ -72,6 +75,25 @@ def test_stopped_rank_goes_silent_and_crash_cascade_says_so() -> None:
     assert finals[3]["state"] == "crashed" and "end_reason" in finals[3]
     assert all(h["state"] == "terminating" for r, h in finals.items() if r != 3)
     assert len(finals) == LAY.world
+
+
+def test_a_rank_s_batches_arrive_in_the_order_it_sent_them() -> None:
+    # a slow network (0.3 s median to the collector) and a launcher that kills every rank 0.5 s
+    # after a crash: many ranks send their last batch (``terminating``) well within the latency of
+    # the regular batch before it. The hooks send one batch at a time, so it must still come last
+    prof = dataclasses.replace(PROFILES["quiet"], net_latency_s=0.3)
+    faults = (Fault("crash", "rank", ranks=(3,), onset=5.0, kill_after=0.5),)
+    for seed in range(4):
+        sc = _sc(duration=9.0, profile=prof, faults=faults, seed=seed)
+        seen: dict[int, list[int]] = {}
+        last: dict[int, str] = {}
+        for d in deliveries(sc):
+            h = d.batch.header
+            seen.setdefault(h["rank"], []).append(h["batch"])
+            last[h["rank"]] = h["state"]
+        for rank, nums in seen.items():
+            assert nums == sorted(nums), f"seed {seed}, rank {rank}: batches arrived as {nums}"
+        assert last[3] == "crashed" and all(st == "terminating" for r, st in last.items() if r != 3)
 
 
 def test_hung_rank_keeps_beating_and_says_where() -> None:
