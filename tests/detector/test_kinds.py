@@ -1351,6 +1351,32 @@ def test_a_slow_stage_of_a_four_stage_pipeline_at_ten_ops_a_second_is_named(run)
     assert res.latency[0] is not None and res.latency[0] <= 20.0, res.latency
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="a known miss (docs/decisions.md: the stage test's usual share after a slow first step): "
+    "learning it only from full windows named it, and false stages in healthy gc+ pipelines",
+)
+def test_a_slow_stage_after_a_slow_first_step_is_named(run) -> None:  # type: ignore[no-untyped-def]
+    # ``bench/probe_classes.py --seed 61208``'s straggler_node-005 (tp2pp2dp4 `first_step~`, 100/s):
+    # node 0, the first stage of every pipeline, slows to 1.1x 27.6 s in, after a first step of
+    # about 8 s. The slow-stage test's usual share inside ops is learned from windows that still
+    # hold that step's long waits (1.35-1.48 of wall-clock against a steady 0.5); the two nodes
+    # then read 0.07-0.12 apart for the rest of the job, the spread learned from it lifts the
+    # line from its floor of 0.02 to 0.15, and the stage is never named. Learned only from windows
+    # the ranks' ops fill, it is named 7.4-9.9 s after its onset, but healthy pipelines with GC
+    # pauses gained false stages (a strict xfail: it fails here once the miss is fixed)
+    res = run(
+        Layout(tp=2, pp=2, dp=4),
+        Fault("slow_compute", "node", nodes=(0,), factor=1.1, onset=27.614175378382846),
+        rate=100.0,
+        profile=UNSEEN_PROFILES["first_step~"],
+        duration=60.0,
+        seed=61208205,
+    )
+    assert [r.key for r in res.reported] == ["noncomm_slow:node:node00000"], [r.key for r in res.reported]
+    assert res.latency[0] is not None and res.latency[0] <= 15.0, res.latency
+
+
 def _link_then_straggler(run, onset: float, rank: int, profile: str, seed: int):  # type: ignore[no-untyped-def]
     # as ``bench/probe_classes.py`` lays out slow_link_and_straggler in tp4pp4dp2 at 100/s: the
     # link between nodes 1 and 2 4x slow, and three seconds later one rank 1.5x
