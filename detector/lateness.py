@@ -1191,7 +1191,10 @@ class LatenessTracker:
         known = np.isfinite(mean_in)
         nb_sum = np.bincount(ea, fin[eb], n_nodes) + np.bincount(eb, fin[ea], n_nodes)
         nb_cnt = np.bincount(ea, known[eb], n_nodes) + np.bincount(eb, known[ea], n_nodes)
-        z_nb = np.where(nb_cnt > 0, fin - nb_sum / np.maximum(nb_cnt, 1), np.nan)
+        # (a node whose own share is not known has no change against anybody: read as 0 there, its
+        # neighbours' mean alone came through, and after a save, whose windows each node leaves at
+        # its own time, the smoothed change restarted from it)
+        z_nb = np.where((nb_cnt > 0) & known, fin - nb_sum / np.maximum(nb_cnt, 1), np.nan)
         self.stage_zn = _grow(self.stage_zn, n_nodes, np.nan)
         zn = self.stage_zn[:n_nodes]
         zn[:] = np.where(np.isnan(zn), z_nb, zn + min(1.0, dt / cfg.stage_tau_s) * (z_nb - zn))

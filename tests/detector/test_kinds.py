@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from rankwatch.detector import DetectorConfig
@@ -1349,6 +1350,38 @@ def test_a_slow_stage_of_a_four_stage_pipeline_at_ten_ops_a_second_is_named(run)
     )
     assert [r.key for r in res.reported] == ["noncomm_slow:node:node00001"], [r.key for r in res.reported]
     assert res.latency[0] is not None and res.latency[0] <= 20.0, res.latency
+
+
+def test_a_stage_s_change_against_its_neighbour_restarts_only_once_both_are_known() -> None:
+    # ``bench/probe_classes.py --seed 61207``'s straggler_node-006 (tp2pp4dp2 `everything~`, 100/s):
+    # two nodes of two stages each, each the other's only pipeline neighbour, so each one's change
+    # of share against its neighbour is the other's negated. After a save the nodes' shares come
+    # back at different analyses; the one not yet back read 0 against the other's, the smoothed
+    # change restarted from that (node 1 at +0.29 against node 0's -0.04), took ten seconds to
+    # decay, and held back the slow stage it is (named 12.8 s after its onset, now 10.8 s)
+    lay = TP2PP4DP2
+    sc = Scenario(
+        name="t",
+        layout=lay,
+        workload=Workload.for_rate(100.0, lay),
+        profile=UNSEEN_PROFILES["everything~"],
+        faults=(Fault("slow_compute", "node", nodes=(1,), factor=1.5, onset=22.170023575960833),),
+        duration=60.0,
+        seed=61207206,
+    )
+    worst = [0.0]
+    both = [0]
+
+    def watch(now: float, det: JobDetector) -> None:
+        zn = det.late.stage_zn
+        if zn.shape[0] >= 2 and np.isfinite(zn[:2]).all():
+            both[0] += 1
+            worst[0] = max(worst[0], abs(float(zn[0] + zn[1])))
+
+    res = run_scenario(sc, watch=watch)
+    assert both[0] >= 60, both  # read on both nodes for most of the job
+    assert worst[0] < 1e-9, worst
+    assert [r.key for r in res.reported] == ["noncomm_slow:node:node00001"], [r.key for r in res.reported]
 
 
 @pytest.mark.xfail(
