@@ -9,6 +9,7 @@ import pytest
 
 from rankwatch.detector import DetectorConfig
 from rankwatch.detector.evaluate import EVAL_EVERY_S, ScenarioResult, run_scenario
+from rankwatch.detector.job import JobDetector
 from rankwatch.sim import PROFILES, Fault, Layout, Profile, Scenario, Workload
 
 Run = Callable[..., ScenarioResult]
@@ -26,9 +27,11 @@ def run() -> Run:
         config: DetectorConfig | None = None,
         eval_every: float = EVAL_EVERY_S,
         step_s: float | None = None,
+        watch: Callable[[float, JobDetector], None] | None = None,
         **kw: Any,
     ) -> ScenarioResult:
-        # ``step_s``: steps of that length instead of the workload ``rate`` makes
+        # ``step_s``: steps of that length instead of the workload ``rate`` makes; ``watch``: reads
+        # the detector after each analysis (``run_scenario``'s)
         sc = Scenario(
             name="test",
             layout=layout,
@@ -39,7 +42,7 @@ def run() -> Run:
             seed=seed,
             **kw,
         )
-        return run_scenario(sc, config, eval_every=eval_every, keep_findings=True)
+        return run_scenario(sc, config, eval_every=eval_every, keep_findings=True, watch=watch)
 
     return _run
 

@@ -1352,23 +1352,13 @@ def test_a_slow_stage_of_a_four_stage_pipeline_at_ten_ops_a_second_is_named(run)
     assert res.latency[0] is not None and res.latency[0] <= 20.0, res.latency
 
 
-def test_a_stage_s_change_against_its_neighbour_restarts_only_once_both_are_known() -> None:
+def test_a_stage_s_change_against_its_neighbour_restarts_only_once_both_are_known(run) -> None:  # type: ignore[no-untyped-def]
     # ``bench/probe_classes.py --seed 61207``'s straggler_node-006 (tp2pp4dp2 `everything~`, 100/s):
     # two nodes of two stages each, each the other's only pipeline neighbour, so each one's change
     # of share against its neighbour is the other's negated. After a save the nodes' shares come
     # back at different analyses; the one not yet back read 0 against the other's, the smoothed
     # change restarted from that (node 1 at +0.29 against node 0's -0.04), took ten seconds to
     # decay, and held back the slow stage it is (named 12.8 s after its onset, now 10.8 s)
-    lay = TP2PP4DP2
-    sc = Scenario(
-        name="t",
-        layout=lay,
-        workload=Workload.for_rate(100.0, lay),
-        profile=UNSEEN_PROFILES["everything~"],
-        faults=(Fault("slow_compute", "node", nodes=(1,), factor=1.5, onset=22.170023575960833),),
-        duration=60.0,
-        seed=61207206,
-    )
     worst = [0.0]
     both = [0]
 
@@ -1378,7 +1368,15 @@ def test_a_stage_s_change_against_its_neighbour_restarts_only_once_both_are_know
             both[0] += 1
             worst[0] = max(worst[0], abs(float(zn[0] + zn[1])))
 
-    res = run_scenario(sc, watch=watch)
+    res = run(
+        TP2PP4DP2,
+        Fault("slow_compute", "node", nodes=(1,), factor=1.5, onset=22.170023575960833),
+        rate=100.0,
+        profile=UNSEEN_PROFILES["everything~"],
+        duration=60.0,
+        seed=61207206,
+        watch=watch,
+    )
     assert both[0] >= 60, both  # read on both nodes for most of the job
     assert worst[0] < 1e-9, worst
     assert [r.key for r in res.reported] == ["noncomm_slow:node:node00001"], [r.key for r in res.reported]
