@@ -1384,6 +1384,33 @@ def test_a_stage_s_change_against_its_neighbour_restarts_only_once_both_are_know
 
 @pytest.mark.xfail(
     strict=True,
+    reason="a known false node (docs/decisions.md: a reported stage's pipeline victims across a save): "
+    "each version that named no false node here named false ranks or came later elsewhere",
+)
+def test_a_reported_stage_s_victims_are_not_named_across_a_save(run) -> None:  # type: ignore[no-untyped-def]
+    # ``bench/probe_classes.py --seed 61206``'s straggler_node-001 (tp4pp2dp4 `everything~`, 100/s):
+    # node 1 (stage 0 of replicas 2 and 3) slows 1.5x from 23.6 s and is named; node 3, their
+    # stage 1, waits on it at its receives and reaches its data-parallel reduces late, which the
+    # victim tests excuse while ops run. A save runs from 35.1 s to 41.2 s. During it no op comes
+    # in, yet what the victim tests read moves (the op rates decay over the pause), and node 3's
+    # ranks turn roots 1.8 s in; the node is named at 37.5 s. Kept from turning roots with no new
+    # op, they turn roots after the save instead: their receives' usual wait, learned over windows
+    # the group ran through, is taken whole from windows holding a second of ops, so their waits
+    # read 0 (named at 43.5 s). A strict xfail: it fails here once the false node is gone
+    res = run(
+        Layout(tp=4, pp=2, dp=4),
+        Fault("slow_compute", "node", nodes=(1,), factor=1.5, onset=23.554110889098965),
+        rate=100.0,
+        profile=UNSEEN_PROFILES["everything~"],
+        duration=60.0,
+        seed=61206201,
+    )
+    assert res.latency[0] is not None and res.latency[0] <= 5.0, res.latency
+    assert [r.key for r in res.reported] == ["noncomm_slow:node:node00001"], [r.key for r in res.reported]
+
+
+@pytest.mark.xfail(
+    strict=True,
     reason="a known miss (docs/decisions.md: the stage test's usual share after a slow first step): "
     "learning it only from full windows named it, and false stages in healthy gc+ pipelines",
 )
