@@ -82,6 +82,10 @@ class DetectorConfig:
     """...and both have held this long (a healthy pipeline's stages swing for a few seconds)."""
     stage_tau_s: float = 3.0
     stage_usual_s: float = 30.0
+    stage_restart: float = 0.3
+    """When the job's median rank spends this much less of wall-clock inside ops than its usual as
+    the slow-stage test reads it, the level that usual was learned on is gone (the long waits of a
+    slow first step), and the test's usuals, spreads and lines are learned again from then on."""
     link_hold_s: float = 3.0
     """A slow place seen between two nodes only, other than a link alone (a link one of its nodes'
     NICs explains as well, a GPU's NIC, the pair of nodes), is held this much longer first."""

@@ -151,6 +151,9 @@ class LatenessTracker:
         self.stage_in = np.zeros(0)  # per rank: the sum of its slots' share so read now, over their usual
         self.d_slot = np.zeros(0)  # per slot: share inside its ops now, over the usual
         self.in_age = np.zeros(0)
+        self.stage_in_age = np.zeros(0)  # per rank: how long ``usual_stage`` has been learned since it (re)started
+        self.stage_restarted = False  # the last analysis started the slow-stage test's usuals again
+        self.stage_restart_at = np.nan  # ...and when it will (once the window has left the old level)
         self.d_in = np.zeros(0)  # per rank: share of wall-clock inside ops now, over the usual
         self.base_age = np.zeros(0)
         self.noise_age = np.zeros(0)
@@ -1027,10 +1030,32 @@ class LatenessTracker:
         )
         share_s = wd_s / np.maximum(cover_s, 1e-9)[topo.slot_rank]
         u_st = self.usual_stage[sl]
-        u_st[first_s] = share_s[first_s]
-        u_st[upd_s] += ra[topo.slot_rank[upd_s]] * (share_s[upd_s] - u_st[upd_s])
+        self.stage_in_age = _grow(self.stage_in_age, topo.world, 0.0)
+        s_age = self.stage_in_age[: topo.world]
+        rs = self._weight(s_age, dt)
+        first_st = s_learn & np.isnan(u_st)
+        upd_st = s_learn & ~first_st
+        u_st[first_st] = share_s[first_st]
+        u_st[upd_st] += rs[topo.slot_rank[upd_st]] * (share_s[upd_st] - u_st[upd_st])
+        s_age[r_learn] += dt
         d_st = np.where(np.isfinite(u_st) & ok_r[topo.slot_rank], share_s - np.nan_to_num(u_st, nan=0.0), 0.0)
         self.stage_in = np.where(ok_r, np.bincount(topo.slot_rank, d_st, topo.world), np.nan)
+        # the job's ranks, most of them, far under their usual: it was learned on a level the job has
+        # left (a slow first step's waits, 1.35-1.48 of wall-clock against 0.5 after it), and the
+        # nodes read apart by what each stage waited then for the rest of the job. Learned again
+        known_in = self.stage_in[np.isfinite(self.stage_in)]
+        if 2 * known_in.shape[0] > topo.world and float(np.median(known_in)) < -cfg.stage_restart:
+            if np.isnan(self.stage_restart_at):
+                # (once the window the share is read over, ``_STAGE_WIN`` buckets, has left that level)
+                self.stage_restart_at = now + _STAGE_WIN * cfg.bucket_s
+        self.stage_restarted = bool(now >= self.stage_restart_at)
+        if self.stage_restarted:
+            self.stage_restart_at = np.nan
+            # (from the share as it reads now: while the ranks' evidence is open nothing is learned,
+            # and a usual started from nothing left the test blind for the rest of the job)
+            u_st[:] = np.where(ok_r[topo.slot_rank], share_s, np.nan)
+            s_age[:] = 0.0
+            self.stage_in = np.full(topo.world, np.nan)
         i_age[r_learn] += dt
         known = np.isfinite(u_sl)
         self.usual_in = np.where(
@@ -1160,6 +1185,10 @@ class LatenessTracker:
         node_of = topo.node_of[: topo.world]
         slot_node = node_of[topo.slot_rank[:n]]  # per slot: its rank's node (-1: not known yet)
         sl, n_p2p, late = self.late_at_stages(topo)
+        if self.stage_restarted:
+            for arr, v in ((zs, np.nan), (usual, np.nan), (age, 0.0), (var, 0.0), (run, 0.0), (self.stage_lean, 0.0)):
+                arr[...] = v
+            self.stage_zn[:] = np.nan
         if n_nodes < 2 or not sl.shape[0] or self.stage_in.shape[0] < topo.world:
             run[:] = 0.0
             return
