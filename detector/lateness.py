@@ -1737,6 +1737,31 @@ class LatenessTracker:
         # per slot: its rank's extra inside other groups that have a late member, over its mates'
         # (made when a second pass first needs it)
         rel_hot: np.ndarray | None = None
+        # the window's buckets, oldest first, and whether each ring position still holds its own
+        w_ids = np.arange(int(self.bid.max()) - _WIN + 1, int(self.bid.max()) + 1)
+        w_pos = w_ids % _K
+        w_live = self.bid[w_pos] == w_ids
+
+        def since_late(s: int, others: np.ndarray) -> float:
+            """What the slots ``others`` (of slot ``s``'s rank) spent inside ops over their usual
+            (``extra``) since ``s`` became late: from its last op before its window's first late
+            bucket (late by half its threshold), each slot's ``extra`` cut to the share of its
+            window's excess inside ops that came from then on. A wait before that op cannot have
+            made it late; a slot late over the whole window keeps all of it."""
+            got = np.clip(extra[others], 0.0, None)
+            bo_s = np.where(w_live, self.bo[s, w_pos], 0.0)
+            lb = np.where(w_live, self.bl[s, w_pos], 0.0) - np.nan_to_num(self.ref_lop[s]) * bo_s
+            late_b = (bo_s > 0) & (lb >= 0.5 * float(self.thr[s]) * self.cfg.bucket_s)
+            before = np.flatnonzero(bo_s[: int(np.argmax(late_b))] > 0) if late_b.any() else np.zeros(0, np.int64)
+            start = int(before[-1]) if before.shape[0] else 0
+            if start == 0 or not others.shape[0]:
+                return float(got.sum())
+            bo_o = self.bo[np.ix_(others, w_pos)]
+            e = np.where(w_live, self.bd[np.ix_(others, w_pos)] - self.base_dur[others, None] * bo_o, 0.0)
+            tot, part = e.sum(axis=1), e[:, start:].sum(axis=1)
+            f = np.clip(np.where(tot > 0, part / np.where(tot > 0, tot, 1.0), 1.0), 0.0, 1.0)
+            return float((got * np.nan_to_num(f, nan=1.0)).sum())
+
         first = ((s, "") for s in cand.tolist())
         # runs once the first pass is done
         again = ((s, why) for s, why, on in behind if all(root_in(ch, than) for ch, than in on))
@@ -1879,7 +1904,15 @@ class LatenessTracker:
                 waited = others[
                     (late_in_ch[topo.slot_ch[others]] - late_member[others] > 0) & (extra[others] > 0.2 * late_s)
                 ]
-                if float(elsewhere[s]) - shared_x >= 1.5 * late_s or waited.shape[0]:
+                # What it waited elsewhere counts from its last op on time (``since_late``): a GC
+                # pause of a data-parallel mate held rank 9 of tp8dp4 (`gc~`, 10/s) 0.54 s two
+                # seconds before its onset as a 1.5x straggler, inside the window its first
+                # lateness (0.27-0.33 s) was judged over, and it passed as that wait's victim for a
+                # second (probe seed 61207's straggler_ends-002, named 3.3 s after its onset)
+                away = float(elsewhere[s])
+                if away - shared_x >= 1.5 * late_s:
+                    away = since_late(s, mine[topo.slot_ch[mine] != topo.slot_ch[s]])
+                if away - shared_x >= 1.5 * late_s or waited.shape[0]:
                     # (its mates waited about as much elsewhere: on the second pass, if all it waited
                     # on were roots, the wait they shared is not what made it later than them)
                     on = mine[(topo.slot_ch[mine] != topo.slot_ch[s]) & (extra[mine] > 0.2 * late_s)]

@@ -1465,6 +1465,38 @@ def test_the_stage_test_does_not_start_again_in_a_healthy_job_with_gc_pauses(run
     assert not res.reported, [r.key for r in res.reported]
 
 
+def test_a_wait_before_a_straggler_s_onset_does_not_excuse_it(run) -> None:  # type: ignore[no-untyped-def]
+    # ``bench/probe_classes.py --seed 61207``'s straggler_ends-002 (tp8dp4 `gc~`, 10/s): rank 9
+    # slows to 1.5x 27.2 s in. Two seconds before, a GC pause of rank 17 held its data-parallel
+    # reduce, and rank 9 waited there 0.54 s, inside the 4 s window its first lateness was judged
+    # over: against 0.27-0.33 s of lateness in its tensor-parallel group, it passed as the victim
+    # of that wait (outright: waiting elsewhere 1.5 times its lateness) for a second, and was
+    # named 3.3 s after its onset. A wait before the last op it was on time for cannot have
+    # made it late: counted from there, it is a root as soon as it is late, and named within 3 s
+    hot: list[float] = []
+    roots: list[float] = []
+
+    def watch(now: float, det: JobDetector) -> None:
+        topo, n = det.topo, det.topo.n_slots
+        if now >= 27.0 and det.late.hot[:n][topo.slot_rank[:n] == 9].any():
+            hot.append(now)
+        if 9 in det.roots:
+            roots.append(now)
+
+    res = run(
+        Layout(tp=8, dp=4),
+        Fault("slow_compute", "rank", ranks=(9,), factor=1.5, onset=27.226411417384263, duration=15.0),
+        rate=10.0,
+        profile=UNSEEN_PROFILES["gc~"],
+        duration=60.0,
+        seed=61207402,
+        watch=watch,
+    )
+    assert hot and roots and roots[0] == hot[0], (hot[:3], roots[:3])  # a root from its first late analysis
+    assert [r.key for r in res.reported] == ["noncomm_slow:rank:9"], [r.key for r in res.reported]
+    assert res.latency[0] is not None and res.latency[0] <= 3.0, res.latency
+
+
 def _link_then_straggler(run, onset: float, rank: int, profile: str, seed: int):  # type: ignore[no-untyped-def]
     # as ``bench/probe_classes.py`` lays out slow_link_and_straggler in tp4pp4dp2 at 100/s: the
     # link between nodes 1 and 2 4x slow, and three seconds later one rank 1.5x
