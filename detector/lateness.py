@@ -1737,10 +1737,8 @@ class LatenessTracker:
         # per slot: its rank's extra inside other groups that have a late member, over its mates'
         # (made when a second pass first needs it)
         rel_hot: np.ndarray | None = None
-        # the window's buckets, oldest first, and whether each ring position still holds its own
-        w_ids = np.arange(int(self.bid.max()) - _WIN + 1, int(self.bid.max()) + 1)
-        w_pos = w_ids % _K
-        w_live = self.bid[w_pos] == w_ids
+        # the window's ring positions, oldest first (the buckets ``_ring_sum`` adds up)
+        w_pos = np.arange(int(self.bid.max()) - _WIN + 1, int(self.bid.max()) + 1) % _K
 
         def since_late(s: int, others: np.ndarray) -> float:
             """What the slots ``others`` (of slot ``s``'s rank) spent inside ops over their usual
@@ -1749,18 +1747,17 @@ class LatenessTracker:
             window's excess inside ops that came from then on. A wait before that op cannot have
             made it late; a slot late over the whole window keeps all of it."""
             got = np.clip(extra[others], 0.0, None)
-            bo_s = np.where(w_live, self.bo[s, w_pos], 0.0)
-            lb = np.where(w_live, self.bl[s, w_pos], 0.0) - np.nan_to_num(self.ref_lop[s]) * bo_s
+            bo_s = self.bo[s, w_pos]
+            lb = self.bl[s, w_pos] - np.nan_to_num(self.ref_lop[s]) * bo_s
             late_b = (bo_s > 0) & (lb >= 0.5 * float(self.thr[s]) * self.cfg.bucket_s)
             before = np.flatnonzero(bo_s[: int(np.argmax(late_b))] > 0) if late_b.any() else np.zeros(0, np.int64)
             start = int(before[-1]) if before.shape[0] else 0
             if start == 0 or not others.shape[0]:
                 return float(got.sum())
-            bo_o = self.bo[np.ix_(others, w_pos)]
-            e = np.where(w_live, self.bd[np.ix_(others, w_pos)] - self.base_dur[others, None] * bo_o, 0.0)
+            e = self.bd[np.ix_(others, w_pos)] - self.base_dur[others, None] * self.bo[np.ix_(others, w_pos)]
             tot, part = e.sum(axis=1), e[:, start:].sum(axis=1)
             f = np.clip(np.where(tot > 0, part / np.where(tot > 0, tot, 1.0), 1.0), 0.0, 1.0)
-            return float((got * np.nan_to_num(f, nan=1.0)).sum())
+            return float((got * f).sum())
 
         first = ((s, "") for s in cand.tolist())
         # runs once the first pass is done
